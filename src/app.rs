@@ -1,0 +1,144 @@
+//! From the parsed command line to a running command and an exit code.
+
+use std::time::Duration;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::cli::{Cli, Command, GlobalArgs};
+use crate::engine::{Engine, timing};
+use crate::exit::{Error, ExitCode, Result};
+use crate::output::Output;
+use crate::store::url::{self, StoreUrl};
+
+/// What every command gets: the stores, the namespace, and where to print.
+pub struct Ctx {
+    pub engine: std::sync::Arc<Engine>,
+    pub namespace: String,
+    pub out: Output,
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e),
+    };
+    let out = Output::new(
+        cli.global.json,
+        cli.global.color,
+        cli.global.verbose,
+        cli.global.quiet,
+    );
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            out.error(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::Failure.into();
+        }
+    };
+    match runtime.block_on(dispatch(cli, out)) {
+        Ok(code) => code,
+        Err((out, e)) => {
+            if !e.message.is_empty() {
+                out.error(&e.message);
+            }
+            e.code.into()
+        }
+    }
+}
+
+/// clap's own errors as one line on stderr with exit 64; help and version as clap prints them.
+fn clap_error(e: clap::Error) -> i32 {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::Usage.into()
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("bad usage")
+                .trim_start_matches("error: ");
+            let tip = rendered
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("tip: "))
+                .map(|t| format!(" ({t})"))
+                .unwrap_or_default();
+            Output::plain().error(&format!("{first}{tip}; see 'dlock --help'"));
+            ExitCode::Usage.into()
+        }
+    }
+}
+
+async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Error)> {
+    let ttl = match &cli.command {
+        Command::Lock(a) => Some(a.acquire.ttl),
+        Command::Run(a) => Some(a.acquire.ttl),
+        Command::Multilock(a) => Some(a.acquire.ttl),
+        Command::Extend(a) => Some(a.ttl),
+        Command::Completions(a) => {
+            crate::commands::completions::run(a, &out);
+            return Ok(0);
+        }
+        _ => None,
+    };
+    let engine = match open_engine(&cli.global, ttl).await {
+        Ok(e) => e,
+        Err(e) => return Err((out, e)),
+    };
+    let ctx = Ctx {
+        engine: std::sync::Arc::new(engine),
+        namespace: cli.global.namespace.clone(),
+        out,
+    };
+    let result = crate::commands::run(cli.command, &ctx).await;
+    result.map_err(|e| (ctx.out, e))
+}
+
+/// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.
+pub fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
+    let raw: Vec<String> = if !flags.is_empty() {
+        flags.to_vec()
+    } else {
+        url::split_list(&std::env::var("DLOCK_STORE").unwrap_or_default())
+    };
+    if raw.is_empty() {
+        return Ok(vec![StoreUrl::default_file()]);
+    }
+    let mut urls: Vec<StoreUrl> = Vec::with_capacity(raw.len());
+    for r in &raw {
+        let u = url::parse(r).map_err(Error::usage)?;
+        if urls.iter().any(|seen| seen.to_string() == u.to_string()) {
+            return Err(Error::usage(format!(
+                "the store {u} is given twice; a quorum needs distinct stores"
+            )));
+        }
+        urls.push(u);
+    }
+    Ok(urls)
+}
+
+async fn open_engine(global: &GlobalArgs, ttl: Option<Duration>) -> Result<Engine> {
+    let urls = store_urls(&global.stores)?;
+    let ttl = ttl.unwrap_or(Duration::from_secs(30));
+    let store_timeout = global
+        .store_timeout
+        .unwrap_or_else(|| timing::default_store_timeout(ttl));
+    if store_timeout >= ttl {
+        return Err(Error::usage(format!(
+            "--store-timeout {} is not shorter than the ttl {}; a store must answer well within the lease",
+            humantime::format_duration(store_timeout),
+            humantime::format_duration(ttl)
+        )));
+    }
+    Ok(Engine::open(&urls, &global.namespace, store_timeout).await)
+}

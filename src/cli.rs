@@ -1,0 +1,286 @@
+//! Every clap definition, and nothing else. Completions and man pages are generated from here.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+
+use crate::names;
+
+/// Longest ttl or wait a user may ask for: long enough for any real lease, short enough that
+/// deadline arithmetic can never overflow on any store.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Shortest ttl: below this the renewal period (ttl/3) and the drift margin stop making sense.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dlock",
+    version,
+    about = "Distributed locks for shell commands, on a file store, Redis, etcd or ZooKeeper",
+    long_about = "Distributed locks for shell commands.\n\n\
+        Wrap a command with `dlock run NAME -- CMD` so two copies never run at once, take and \
+        release locks from scripts with `lock`/`unlock`, and see who holds one with `inspect`. \
+        With no --store the embedded file store is used ($XDG_RUNTIME_DIR/dlock, else \
+        /tmp/dlock-$UID); give several --store URLs for a lock held by a majority of them.",
+    after_help = "Exit codes: 0 ok, 1 not the holder / failure, 64 usage, 69 stores unavailable, \
+        70 lock lost (run), 75 not acquired, 77 refused by the store.",
+    propagate_version = true,
+    disable_help_subcommand = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug)]
+pub struct GlobalArgs {
+    /// Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]
+    #[arg(long = "store", value_name = "URL", global = true)]
+    pub stores: Vec<String>,
+
+    /// Namespace that keeps unrelated users' lock names apart
+    #[arg(long, value_name = "NS", env = "DLOCK_NAMESPACE", default_value = "default",
+          value_parser = names::parse_namespace, global = true)]
+    pub namespace: String,
+
+    /// Print results as JSON on stdout
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// When to colour output (never when NO_COLOR is set)
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorWhen::Auto, global = true)]
+    pub color: ColorWhen,
+
+    /// Say more on stderr (repeat for more)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Say nothing on stderr but errors
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]
+    #[arg(long, value_name = "DUR", env = "DLOCK_STORE_TIMEOUT", value_parser = parse_store_timeout,
+          global = true)]
+    pub store_timeout: Option<Duration>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Take a lock that outlives this process and print its token
+    Lock(LockArgs),
+    /// Release a lock by its token, or any holder with --force
+    Unlock(UnlockArgs),
+    /// Renew a lease held by a token
+    Extend(ExtendArgs),
+    /// Run a command while holding a lock, renewing it until the command exits
+    #[command(alias = "run-with-lock")]
+    Run(RunArgs),
+    /// Take several locks at once, all or none, then run a command or print the token
+    Multilock(MultilockArgs),
+    /// Show who holds a lock, its fence and its waiters
+    Inspect(InspectArgs),
+    /// List the locks that are held
+    List(ListArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+}
+
+/// How to wait and what to do when the lock is busy.
+#[derive(Args, Debug, Clone)]
+pub struct AcquireArgs {
+    /// Lease time; renewed by `run`, kept until then by `lock`
+    #[arg(long, value_name = "DUR", env = "DLOCK_TTL", default_value = "30s", value_parser = parse_ttl)]
+    pub ttl: Duration,
+
+    /// Wait at most this long for the lock (default: forever)
+    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "DUR",
+          value_parser = parse_wait, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Fail at once if the lock is busy
+    #[arg(short = 'n', long = "no-wait", visible_alias = "nonblock")]
+    pub no_wait: bool,
+
+    /// Exit code when the lock is not acquired (default 75)
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "CODE")]
+    pub conflict_exit_code: Option<u8>,
+}
+
+/// Exclusive unless told otherwise.
+#[derive(Args, Debug, Clone)]
+pub struct ModeArgs {
+    /// Share the lock with other --shared holders (readers); exclusive holders wait
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+
+    /// Let up to K holders in at once (a semaphore)
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: Option<u32>,
+}
+
+#[derive(Args, Debug)]
+pub struct LockArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+    #[command(flatten)]
+    pub acquire: AcquireArgs,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("who").required(true).args(["token", "force"])))]
+pub struct UnlockArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+    /// Token printed by `lock`
+    #[arg(long, value_name = "TOKEN", value_parser = names::parse_token)]
+    pub token: Option<String>,
+    /// Release every holder, whoever it is
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExtendArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+    /// Token printed by `lock`
+    #[arg(long, value_name = "TOKEN", value_parser = names::parse_token)]
+    pub token: String,
+    /// New lease time, counted from now
+    #[arg(long, value_name = "DUR", env = "DLOCK_TTL", default_value = "30s", value_parser = parse_ttl)]
+    pub ttl: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+    #[command(flatten)]
+    pub acquire: AcquireArgs,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+    /// How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]
+    #[arg(long, value_name = "DUR", value_parser = parse_grace)]
+    pub kill_grace: Option<Duration>,
+    /// Command to run, after `--`
+    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true,
+          allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct MultilockArgs {
+    /// Lock names, all taken or none
+    #[arg(value_name = "NAME", required = true, num_args = 1.., value_parser = names::parse_name)]
+    pub names: Vec<String>,
+    #[command(flatten)]
+    pub acquire: AcquireArgs,
+    /// How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]
+    #[arg(long, value_name = "DUR", value_parser = parse_grace)]
+    pub kill_grace: Option<Duration>,
+    /// Command to run while all locks are held; without it the token is printed
+    #[arg(value_name = "CMD", last = true)]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only names that start with this
+    #[arg(value_name = "PREFIX", default_value = "", value_parser = names::parse_prefix)]
+    pub prefix: String,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// Shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The clap command, for completions and man pages.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// A humantime duration within the bounds every store can represent.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; write a duration such as 500ms, 30s, 5m or 1h"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s} is too long; the most is 366 days"));
+    }
+    Ok(d)
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_TTL {
+        return Err(format!("a ttl of {s} is too short; the least is 100ms"));
+    }
+    Ok(d)
+}
+
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+}
+
+fn parse_grace(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("a kill grace of 0 leaves the command no time to stop; give e.g. 2s".into());
+    }
+    Ok(d)
+}
+
+fn parse_store_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err("a store timeout must be at least 1ms".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_definitions_are_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn durations_are_humantime_and_bounded() {
+        assert_eq!(parse_ttl("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_ttl("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_ttl("0s").is_err());
+        assert!(parse_ttl("-1s").is_err());
+        assert!(parse_ttl("soon").is_err());
+        assert!(parse_ttl("1000y").is_err());
+        assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+    }
+}

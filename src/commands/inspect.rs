@@ -1,0 +1,219 @@
+//! `dlock inspect`: who holds a lock, its fence, its waiters, and each store's view.
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::engine_error;
+use crate::app::Ctx;
+use crate::cli::InspectArgs;
+use crate::engine::EngineError;
+use crate::exit::Result;
+use crate::store::{Holder, LockState, Previous, StoreError, Waiter};
+
+/// A holder as the quorum sees it: the owner's lease on how many stores.
+#[derive(Serialize, Clone)]
+pub struct QuorumHolder {
+    #[serde(flatten)]
+    pub holder: Holder,
+    pub stores: usize,
+}
+
+/// One name's state over all stores that answered.
+pub struct Merged {
+    /// Owners that hold it on a majority (on one store: every holder).
+    pub holders: Vec<QuorumHolder>,
+    /// Owners that hold it on some stores but not a majority.
+    pub partial: Vec<QuorumHolder>,
+    pub waiters: Vec<Waiter>,
+    pub fence: u64,
+    pub previous: Previous,
+}
+
+pub fn merge(states: &[&LockState], need: usize) -> Merged {
+    let mut by_owner: Vec<QuorumHolder> = Vec::new();
+    for st in states {
+        for h in &st.holders {
+            match by_owner.iter_mut().find(|q| q.holder.owner == h.owner) {
+                Some(q) => {
+                    q.stores += 1;
+                    q.holder.ttl_left_ms = q.holder.ttl_left_ms.min(h.ttl_left_ms);
+                    q.holder.fence = q.holder.fence.max(h.fence);
+                }
+                None => by_owner.push(QuorumHolder {
+                    holder: h.clone(),
+                    stores: 1,
+                }),
+            }
+        }
+    }
+    by_owner.sort_by_key(|q| q.holder.fence);
+    let (holders, partial) = by_owner.into_iter().partition(|q| q.stores >= need);
+    Merged {
+        holders,
+        partial,
+        waiters: states
+            .iter()
+            .map(|s| &s.waiters)
+            .find(|w| !w.is_empty())
+            .cloned()
+            .unwrap_or_default(),
+        fence: states.iter().map(|s| s.fence).max().unwrap_or(0),
+        previous: states.iter().map(|s| s.previous).max().unwrap_or_default(),
+    }
+}
+
+/// The owner as people name machines: user@host pid N.
+pub fn who(h: &Holder) -> String {
+    let m = &h.meta;
+    let s = |k: &str| m.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+    format!(
+        "{}@{} pid {}",
+        s("user"),
+        s("host"),
+        m.get("pid").map_or("?".into(), |p| p.to_string())
+    )
+}
+
+pub fn expires(ms: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000))).to_string()
+}
+
+pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
+    let results = ctx.engine.inspect(&args.name).await;
+    let need = ctx.engine.majority();
+    let answered: Vec<&LockState> = results
+        .iter()
+        .filter_map(|(_, r, _)| r.as_ref().ok())
+        .collect();
+    if answered.len() < need {
+        let errors = results
+            .iter()
+            .filter_map(|(_, r, _)| r.as_ref().err())
+            .map(|e| match e {
+                StoreError::Refused(m) => StoreError::Refused(m.clone()),
+                other => StoreError::Unavailable(other.to_string()),
+            });
+        let refused = errors.clone().any(|e| matches!(e, StoreError::Refused(_)));
+        let msg: Vec<String> = errors.map(|e| e.to_string()).collect();
+        let msg = msg.join("; ");
+        return Err(engine_error(if refused {
+            EngineError::Refused(msg)
+        } else {
+            EngineError::Unavailable(msg)
+        }));
+    }
+    let merged = merge(&answered, need);
+    let held_on = answered.iter().filter(|s| !s.holders.is_empty()).count();
+    let unreachable = results.len() - answered.len();
+    let quorum = results.len() > 1;
+    for (store, _, warnings) in &results {
+        if quorum {
+            for w in warnings {
+                ctx.out.warn(&format!("{store} {w}"));
+            }
+        }
+    }
+    if ctx.out.json {
+        let stores: Vec<_> = results
+            .iter()
+            .map(|(store, r, warnings)| match r {
+                Ok(st) => json!({
+                    "store": store,
+                    "state": if st.holders.is_empty() { "free" } else { "held" },
+                    "holders": st.holders,
+                    "fence": st.fence,
+                    "warnings": warnings,
+                }),
+                Err(e) => json!({ "store": store, "state": "unreachable", "error": e.to_string(), "warnings": warnings }),
+            })
+            .collect();
+        ctx.out.json_value(&json!({
+            "name": args.name,
+            "namespace": ctx.namespace,
+            "held": !merged.holders.is_empty(),
+            "holders": merged.holders,
+            "waiters": merged.waiters,
+            "fence": merged.fence,
+            "previous": merged.previous.as_str(),
+            "quorum": {
+                "stores": results.len(),
+                "need": need,
+                "held": held_on,
+                "free": answered.len() - held_on,
+                "unreachable": unreachable,
+            },
+            "stores": stores,
+        }));
+        return Ok(0);
+    }
+    let out = &ctx.out;
+    let state = if merged.holders.is_empty() {
+        out.paint("free", |s| colored::Colorize::green(s))
+    } else {
+        out.paint("held", |s| colored::Colorize::red(s))
+    };
+    out.line(&format!("{}  {state}", args.name));
+    for q in &merged.holders {
+        let h = &q.holder;
+        let since = h
+            .meta
+            .get("acquired_at")
+            .and_then(|v| v.as_str())
+            .unwrap_or("?");
+        out.line(&format!(
+            "  holder    {}  {}  {}  since {since}  expires in {}  fence {}",
+            h.owner,
+            h.mode,
+            who(h),
+            expires(h.ttl_left_ms),
+            h.fence
+        ));
+        if let Some(cmd) = h
+            .meta
+            .get("command")
+            .and_then(|v| v.as_str())
+            .filter(|c| !c.is_empty())
+        {
+            out.line(&format!("            command: {cmd}"));
+        }
+    }
+    out.line(&format!("  fence     {}", merged.fence));
+    out.line(&format!("  previous  {}", merged.previous.as_str()));
+    if !merged.waiters.is_empty() {
+        let w: Vec<String> = merged
+            .waiters
+            .iter()
+            .map(|w| format!("{} ({})", w.owner, w.mode))
+            .collect();
+        out.line(&format!("  waiters   {}: {}", w.len(), w.join(", ")));
+    }
+    if quorum {
+        let mut summary = format!("{held_on}/{} held", results.len());
+        if unreachable > 0 {
+            summary.push_str(&format!(", {unreachable} unreachable"));
+        }
+        out.line(&format!("  stores    {summary} (majority {need})"));
+        for (store, r, _) in &results {
+            let s = match r {
+                Ok(st) if st.holders.is_empty() => "free".to_string(),
+                Ok(st) => format!(
+                    "held by {}",
+                    st.holders
+                        .iter()
+                        .map(|h| h.owner.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Err(e) => format!("unreachable: {e}"),
+            };
+            out.line(&format!("            {store}  {s}"));
+        }
+        for q in &merged.partial {
+            out.line(&format!(
+                "  partial   {} on {} store(s), not a majority",
+                q.holder.owner, q.stores
+            ));
+        }
+    }
+    Ok(0)
+}

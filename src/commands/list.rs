@@ -1,0 +1,86 @@
+//! `dlock list [PREFIX]`: the locks that are held, one line each.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::engine_error;
+use super::inspect::{expires, merge, who};
+use crate::app::Ctx;
+use crate::cli::ListArgs;
+use crate::engine::EngineError;
+use crate::exit::Result;
+use crate::store::LockState;
+
+pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
+    let results = ctx.engine.list(&args.prefix).await;
+    let need = ctx.engine.majority();
+    let mut errors = Vec::new();
+    let mut by_name: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
+    let mut answered = 0;
+    for (_, r) in results {
+        match r {
+            Ok(states) => {
+                answered += 1;
+                for st in states {
+                    by_name.entry(st.name.clone()).or_default().push(st);
+                }
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if answered < need {
+        return Err(engine_error(EngineError::Unavailable(errors.join("; "))));
+    }
+    let mut rows = Vec::new();
+    for (name, states) in &by_name {
+        let refs: Vec<&LockState> = states.iter().collect();
+        let m = merge(&refs, need);
+        if !m.holders.is_empty() {
+            rows.push((name, m));
+        }
+    }
+    if ctx.out.json {
+        let locks: Vec<_> = rows
+            .iter()
+            .map(|(name, m)| {
+                json!({
+                    "name": name,
+                    "mode": m.holders[0].holder.mode,
+                    "holders": m.holders,
+                    "waiters": m.waiters.len(),
+                    "fence": m.fence,
+                })
+            })
+            .collect();
+        ctx.out
+            .json_value(&json!({ "namespace": ctx.namespace, "locks": locks }));
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(4).max(4);
+    ctx.out.line(&format!(
+        "{:width$}  {:<9}  {:>7}  {:>6}  {:>9}  OWNER",
+        "NAME", "MODE", "HOLDERS", "FENCE", "EXPIRES"
+    ));
+    for (name, m) in rows {
+        let first = &m.holders[0].holder;
+        ctx.out.line(&format!(
+            "{name:width$}  {:<9}  {:>7}  {:>6}  {:>9}  {}",
+            first.mode.to_string(),
+            m.holders.len(),
+            m.fence,
+            expires(
+                m.holders
+                    .iter()
+                    .map(|q| q.holder.ttl_left_ms)
+                    .max()
+                    .unwrap_or(0)
+            ),
+            who(first)
+        ));
+    }
+    Ok(0)
+}

@@ -1,0 +1,54 @@
+//! `dlock lock`: take a lease that outlives this process and print its token.
+
+use serde_json::json;
+
+use super::{acquire, millis, mode, request};
+use crate::app::Ctx;
+use crate::cli::LockArgs;
+use crate::engine::{Lease, previous};
+use crate::exit::Result;
+
+pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
+    let req = request(
+        vec![args.name],
+        mode(&args.mode),
+        args.acquire.ttl,
+        &[],
+        true,
+    );
+    let lease = acquire(ctx, &req, &args.acquire).await?;
+    print_token(ctx, &lease);
+    Ok(0)
+}
+
+/// The token on stdout (it is all a script captures); the rest as JSON or a terminal notice.
+pub fn print_token(ctx: &Ctx, lease: &Lease) {
+    let req = &lease.req;
+    let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
+    if ctx.out.json {
+        let mut v = json!({
+            "token": req.token,
+            "previous": previous(lease).as_str(),
+            "ttl_ms": millis(req.ttl),
+            "mode": req.mode,
+        });
+        if req.names.len() == 1 {
+            v["name"] = json!(req.names[0]);
+            v["fence"] = json!(fences[0]);
+        } else {
+            v["names"] = json!(req.names);
+            v["fences"] = json!(fences);
+        }
+        ctx.out.json_value(&v);
+    } else {
+        ctx.out.line(&req.token);
+        let f: Vec<String> = fences.iter().map(u64::to_string).collect();
+        ctx.out.notice(&format!(
+            "locked {} (fence {}, previous {}, ttl {}); release with: dlock unlock NAME --token TOKEN",
+            req.names.join(", "),
+            f.join(", "),
+            previous(lease).as_str(),
+            humantime::format_duration(req.ttl)
+        ));
+    }
+}

@@ -1,0 +1,111 @@
+//! One module per subcommand; here the pieces they share: building a grant request, waiting for
+//! a lock while answering signals, and turning engine outcomes into pinned exit codes.
+
+pub mod completions;
+pub mod extend;
+pub mod inspect;
+pub mod list;
+pub mod lock;
+pub mod multilock;
+pub mod run;
+pub mod unlock;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use crate::app::Ctx;
+use crate::cli::{AcquireArgs, Command, ModeArgs};
+use crate::engine::{EngineError, Lease, Wait};
+use crate::exit::{Error, ExitCode, Result};
+use crate::store::{Acquire, Mode};
+use crate::supervisor::signals::{STOPPING, Signals};
+
+pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
+    match command {
+        Command::Lock(a) => lock::run(a, ctx).await,
+        Command::Unlock(a) => unlock::run(a, ctx).await,
+        Command::Extend(a) => extend::run(a, ctx).await,
+        Command::Run(a) => run::run(a, ctx).await,
+        Command::Multilock(a) => multilock::run(a, ctx).await,
+        Command::Inspect(a) => inspect::run(a, ctx).await,
+        Command::List(a) => list::run(a, ctx).await,
+        Command::Completions(a) => {
+            completions::run(&a, &ctx.out);
+            Ok(0)
+        }
+    }
+}
+
+pub fn mode(args: &ModeArgs) -> Mode {
+    match (args.shared, args.limit) {
+        (true, _) => Mode::Shared,
+        (false, Some(k)) => Mode::Limit(k),
+        (false, None) => Mode::Exclusive,
+    }
+}
+
+/// A grant request for `names` (put in canonical order: sorted, without duplicates).
+pub fn request(
+    mut names: Vec<String>,
+    mode: Mode,
+    ttl: Duration,
+    command: &[OsString],
+    detached: bool,
+) -> Acquire {
+    names.sort();
+    names.dedup();
+    Acquire {
+        names,
+        token: crate::names::new_token(),
+        mode,
+        ttl,
+        meta: crate::meta::holder(command),
+        detached,
+    }
+}
+
+/// Take the lease as `args` says; a stopping signal while waiting withdraws the request (so
+/// nothing is left queued) and exits 128+N.
+pub async fn acquire(ctx: &Ctx, req: &Acquire, args: &AcquireArgs) -> Result<Lease> {
+    let wait = match (args.no_wait, args.wait) {
+        (true, _) => Wait::No,
+        (false, Some(d)) => Wait::For(d),
+        (false, None) => Wait::Forever,
+    };
+    let mut signals = Signals::catch(&STOPPING)
+        .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
+    let what = req.names.join(", ");
+    tokio::select! {
+        r = ctx.engine.acquire(req, wait) => r.map_err(|e| match e {
+            EngineError::NotAcquired => {
+                let code = args.conflict_exit_code.map_or(ExitCode::NotAcquired, |c| ExitCode::Raw(c.into()));
+                let msg = match (args.no_wait, args.wait) {
+                    _ if args.conflict_exit_code == Some(0) => String::new(),
+                    (false, Some(w)) => format!("gave up waiting for {what} after {}: it is still held", humantime::format_duration(w)),
+                    _ => format!("{what} is held by someone else; not acquired"),
+                };
+                Error::new(code, msg)
+            }
+            other => engine_error(other),
+        }),
+        sig = signals.recv() => {
+            ctx.engine.release(&req.names, &req.token).await;
+            Err(Error::new(ExitCode::Raw(128 + sig), ""))
+        }
+    }
+}
+
+/// The pinned exit code for an engine outcome.
+pub fn engine_error(e: EngineError) -> Error {
+    match e {
+        EngineError::NotAcquired => Error::new(ExitCode::NotAcquired, e.to_string()),
+        EngineError::Unavailable(m) => Error::new(ExitCode::Unavailable, m),
+        EngineError::Refused(m) => Error::new(ExitCode::Refused, m),
+        EngineError::Lost(m) => Error::new(ExitCode::LockLost, m),
+        EngineError::NotHolder => Error::new(ExitCode::Failure, e.to_string()),
+    }
+}
+
+pub fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}

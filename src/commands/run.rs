@@ -1,0 +1,20 @@
+//! `dlock run` (alias `run-with-lock`): hold a lock for as long as a command runs.
+
+use super::{acquire, mode, request};
+use crate::app::Ctx;
+use crate::cli::RunArgs;
+use crate::exit::Result;
+use crate::supervisor;
+
+pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
+    let req = request(
+        vec![args.name],
+        mode(&args.mode),
+        args.acquire.ttl,
+        &args.command,
+        false,
+    );
+    let grace = supervisor::kill_grace(args.kill_grace, req.ttl)?;
+    let lease = acquire(ctx, &req, &args.acquire).await?;
+    supervisor::supervise(ctx, lease, &args.command, grace).await
+}

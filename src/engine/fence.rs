@@ -1,0 +1,50 @@
+//! Fencing over a quorum: the bakery rule.
+//!
+//! Each store counts grants per name. A majority's answers may differ (a store missed grants
+//! while it was down), so the lease takes the highest per name, and every granting store that
+//! is behind is raised to it before the fence is handed out. Any later majority shares a store
+//! with this one, whose counter is now at least the fence, so later fences are higher.
+
+use crate::store::{Granted, Previous};
+
+/// Per name: the highest fence among the grants, and how the previous lease ended (the most
+/// pessimistic answer wins: a child told "expired" re-checks its work, which is always safe).
+pub fn merge(grants: &[&[Granted]]) -> Vec<Granted> {
+    let Some(first) = grants.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|j| Granted {
+            fence: grants.iter().map(|g| g[j].fence).max().unwrap_or(0),
+            previous: grants
+                .iter()
+                .map(|g| g[j].previous)
+                .max()
+                .unwrap_or(Previous::None),
+        })
+        .collect()
+}
+
+/// Whether a store's grant is behind the merged fences and must be raised.
+pub fn behind(grant: &[Granted], merged: &[Granted]) -> bool {
+    grant.iter().zip(merged).any(|(g, m)| g.fence < m.fence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(fence: u64, previous: Previous) -> Granted {
+        Granted { fence, previous }
+    }
+
+    #[test]
+    fn takes_the_highest_fence_and_the_worst_previous() {
+        let a = [g(5, Previous::Released), g(1, Previous::None)];
+        let b = [g(9, Previous::Expired), g(1, Previous::None)];
+        let m = merge(&[&a, &b]);
+        assert_eq!(m, vec![g(9, Previous::Expired), g(1, Previous::None)]);
+        assert!(behind(&a, &m));
+        assert!(!behind(&b, &m));
+    }
+}

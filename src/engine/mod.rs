@@ -1,0 +1,451 @@
+//! The majority-quorum expiring lease, generic over store adapters.
+//!
+//! One engine for every backend and for N = 1 as much as for N = 5: fan out to all stores in
+//! parallel with a per-store timeout, count a majority, keep a conservative client deadline,
+//! fence with the bakery rule, and wait for notifications between attempts. The engine knows
+//! stores only through `crate::store::Store`.
+
+pub mod fence;
+pub mod timing;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{join_all, select_all};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::store::{
+    self, Acquire, Attempt, Granted, Listener, LockState, Previous, Store, StoreError, StoreResult,
+    StoreUrl,
+};
+
+/// Longest a waiter sleeps without looking again, in case a notification was lost.
+pub const MAX_POLL: Duration = Duration::from_millis(500);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("not acquired: the lock is held by someone else")]
+    NotAcquired,
+    /// Too few stores answered for a majority.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A store refused us (authentication, permission), and without it there is no majority.
+    #[error("{0}")]
+    Refused(String),
+    /// The lease can no longer be held by a majority.
+    #[error("{0}")]
+    Lost(String),
+    /// The token does not hold the lock (on enough stores).
+    #[error("the token does not hold the lock")]
+    NotHolder,
+}
+
+/// How long `acquire` may wait for a busy lock.
+#[derive(Clone, Copy, Debug)]
+pub enum Wait {
+    No,
+    For(Duration),
+    Forever,
+}
+
+/// A lease held by a majority.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub req: Acquire,
+    /// Per name, in `req.names` order.
+    pub grants: Vec<Granted>,
+    /// The client's conservative deadline: before any store lets the lease expire.
+    pub deadline: Instant,
+}
+
+/// Tally of an owner-checked operation (release, extend) over all stores.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub yes: usize,
+    pub no: usize,
+    pub errors: Vec<StoreError>,
+}
+
+pub struct Engine {
+    stores: Vec<Arc<dyn Store>>,
+    store_timeout: Duration,
+}
+
+impl Engine {
+    /// Connect to every store in parallel. A store that cannot be reached stays in the list as
+    /// one that errors on every call, so a quorum survives a minority being down.
+    pub async fn open(urls: &[StoreUrl], namespace: &str, store_timeout: Duration) -> Engine {
+        let stores = join_all(urls.iter().map(|url| async move {
+            let opened =
+                match timeout(store_timeout, store::open(url, namespace, store_timeout)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(StoreError::Unavailable(format!(
+                        "no answer within {}",
+                        humantime::format_duration(store_timeout)
+                    ))),
+                };
+            opened.unwrap_or_else(|error| {
+                Arc::new(Down {
+                    desc: url.to_string(),
+                    error,
+                }) as Arc<dyn Store>
+            })
+        }))
+        .await;
+        Engine {
+            stores,
+            store_timeout,
+        }
+    }
+
+    pub fn from_stores(stores: Vec<Arc<dyn Store>>, store_timeout: Duration) -> Engine {
+        Engine {
+            stores,
+            store_timeout,
+        }
+    }
+
+    pub fn stores(&self) -> &[Arc<dyn Store>] {
+        &self.stores
+    }
+
+    /// N/2 + 1: two majorities always share a store.
+    pub fn majority(&self) -> usize {
+        self.stores.len() / 2 + 1
+    }
+
+    /// Call every store at once, each bounded by the per-store timeout; errors name the store.
+    async fn fan_out<'a, T, F, Fut>(&'a self, idx: &[usize], f: F) -> Vec<(usize, StoreResult<T>)>
+    where
+        F: Fn(&'a dyn Store) -> Fut,
+        Fut: Future<Output = StoreResult<T>> + 'a,
+    {
+        let limit = self.store_timeout;
+        join_all(idx.iter().map(|&i| {
+            let s = self.stores[i].as_ref();
+            let call = f(s);
+            async move {
+                let r = match timeout(limit, call).await {
+                    Ok(r) => r,
+                    Err(_) => Err(StoreError::Unavailable(format!(
+                        "no answer within {} (raise --store-timeout if the store is slow)",
+                        humantime::format_duration(limit)
+                    ))),
+                };
+                (i, r.map_err(|e| name_store(s, e)))
+            }
+        }))
+        .await
+    }
+
+    fn all(&self) -> Vec<usize> {
+        (0..self.stores.len()).collect()
+    }
+
+    /// Take the lease for all of `req.names`, waiting as `wait` allows.
+    pub async fn acquire(&self, req: &Acquire, wait: Wait) -> Result<Lease, EngineError> {
+        let need = self.majority();
+        let give_up_at = match wait {
+            Wait::For(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
+        loop {
+            let queued = listeners.is_some();
+            let t0 = Instant::now();
+            let results = self
+                .fan_out(&self.all(), |s| s.try_acquire(req, queued))
+                .await;
+            let (mut granted, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
+            let mut retry_after: Option<Duration> = None;
+            for (i, r) in results {
+                match r {
+                    Ok(Attempt::Granted(g)) => granted.push((i, g)),
+                    Ok(Attempt::Busy { retry_after: ra }) => {
+                        busy += 1;
+                        if let Some(ra) = ra {
+                            retry_after = Some(retry_after.map_or(ra, |r: Duration| r.min(ra)));
+                        }
+                    }
+                    Err(e) => errors.push((i, e)),
+                }
+            }
+            if granted.len() >= need
+                && let Some(lease) = self.settle(req, t0, &granted).await
+            {
+                return Ok(lease);
+            }
+            // Not held: give back what was granted, and whatever an erroring store may have
+            // granted without our hearing it. Busy stores granted nothing.
+            let dirty: Vec<usize> = granted
+                .iter()
+                .map(|(i, _)| *i)
+                .chain(errors.iter().map(|(i, _)| *i))
+                .collect();
+            let split_vote = !granted.is_empty();
+            if !dirty.is_empty() {
+                self.release_on(&dirty, req).await;
+            }
+            if granted.len() + busy < need {
+                self.release_on(&self.all(), req).await;
+                return Err(unreachable(
+                    errors.into_iter().map(|(_, e)| e).collect(),
+                    self.stores.len(),
+                    need,
+                ));
+            }
+            let now = Instant::now();
+            if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
+                if queued {
+                    self.release_on(&self.all(), req).await;
+                }
+                return Err(EngineError::NotAcquired);
+            }
+            let Some(ls) = listeners.as_mut() else {
+                // Listen before the next (queued) attempt, so no release slips between them.
+                let opened = self.fan_out(&self.all(), |s| s.listen(req)).await;
+                listeners = Some(opened.into_iter().filter_map(|(_, r)| r.ok()).collect());
+                continue;
+            };
+            let mut pause = retry_after.map_or(MAX_POLL, |r| r.min(MAX_POLL));
+            if let Some(g) = give_up_at {
+                pause = pause.min(g - now);
+            }
+            if split_vote {
+                // Contenders that split the stores between them back off by different amounts.
+                sleep(timing::jitter(
+                    pause.min(self.store_timeout).min(Duration::from_millis(20)),
+                    1.0,
+                ))
+                .await;
+            } else {
+                wait_any(ls, pause).await;
+            }
+        }
+    }
+
+    /// A majority granted: apply the bakery rule, then check the lease is still worth having.
+    async fn settle(
+        &self,
+        req: &Acquire,
+        t0: Instant,
+        granted: &[(usize, Vec<Granted>)],
+    ) -> Option<Lease> {
+        let answers: Vec<&[Granted]> = granted.iter().map(|(_, g)| g.as_slice()).collect();
+        let merged = fence::merge(&answers);
+        let lagging: Vec<usize> = granted
+            .iter()
+            .filter(|(_, g)| fence::behind(g, &merged))
+            .map(|(i, _)| *i)
+            .collect();
+        if !lagging.is_empty() {
+            let fences: Vec<u64> = merged.iter().map(|g| g.fence).collect();
+            let raised = self
+                .fan_out(&lagging, |s| s.raise_fence(&req.names, &fences))
+                .await
+                .into_iter()
+                .filter(|(_, r)| r.is_ok())
+                .count();
+            if granted.len() - lagging.len() + raised < self.majority() {
+                return None;
+            }
+        }
+        timing::validity(req.ttl, t0.elapsed())?;
+        Some(Lease {
+            req: req.clone(),
+            grants: merged,
+            deadline: t0 + req.ttl - timing::drift(req.ttl),
+        })
+    }
+
+    async fn release_on(&self, idx: &[usize], req: &Acquire) {
+        self.fan_out(idx, |s| s.release(&req.names, &req.token))
+            .await;
+    }
+
+    /// Renew a held lease. Ok: the deadline moved. Err(Lost): a majority can no longer hold
+    /// it. Err(Unavailable): too few answered; the caller tries again while time is left.
+    pub async fn renew(&self, lease: &mut Lease) -> Result<(), EngineError> {
+        let t0 = Instant::now();
+        if t0 >= lease.deadline {
+            return Err(EngineError::Lost(
+                "the lease ran out before it could be renewed".into(),
+            ));
+        }
+        let req = &lease.req;
+        let tally = self.tally(
+            self.fan_out(&self.all(), |s| s.renew(&req.names, &req.token, req.ttl))
+                .await,
+        );
+        let need = self.majority();
+        if tally.yes >= need && timing::validity(req.ttl, t0.elapsed()).is_some() {
+            lease.deadline = lease.deadline.max(t0 + req.ttl - timing::drift(req.ttl));
+            return Ok(());
+        }
+        if tally.no > self.stores.len() - need {
+            return Err(EngineError::Lost(format!(
+                "the lease is no longer held by a majority ({} of {} stores say it is gone)",
+                tally.no,
+                self.stores.len()
+            )));
+        }
+        Err(unreachable(tally.errors, self.stores.len(), need))
+    }
+
+    fn tally(&self, results: Vec<(usize, StoreResult<bool>)>) -> Tally {
+        let mut t = Tally::default();
+        for (_, r) in results {
+            match r {
+                Ok(true) => t.yes += 1,
+                Ok(false) => t.no += 1,
+                Err(e) => t.errors.push(e),
+            }
+        }
+        t
+    }
+
+    /// Owner-checked renewal by token, from a process that does not hold the `Lease` (`extend`).
+    pub async fn extend(&self, names: &[String], token: &str, ttl: Duration) -> Tally {
+        self.tally(
+            self.fan_out(&self.all(), |s| s.renew(names, token, ttl))
+                .await,
+        )
+    }
+
+    /// Owner-checked release on every store (also those where the lease was not granted: a
+    /// queued entry or a grant whose answer was lost is cleaned up too).
+    pub async fn release(&self, names: &[String], token: &str) -> Tally {
+        self.tally(self.fan_out(&self.all(), |s| s.release(names, token)).await)
+    }
+
+    pub async fn force_release(&self, names: &[String]) -> Tally {
+        self.tally(self.fan_out(&self.all(), |s| s.force_release(names)).await)
+    }
+
+    /// What each store knows of `name`, in store order, with setup warnings.
+    pub async fn inspect(&self, name: &str) -> Vec<(String, StoreResult<LockState>, Vec<String>)> {
+        let states = self.fan_out(&self.all(), |s| s.inspect(name)).await;
+        let warnings = join_all(self.stores.iter().map(|s| s.warnings())).await;
+        states
+            .into_iter()
+            .zip(warnings)
+            .map(|((i, r), w)| (self.stores[i].describe().to_string(), r, w))
+            .collect()
+    }
+
+    pub async fn list(&self, prefix: &str) -> Vec<(String, StoreResult<Vec<LockState>>)> {
+        self.fan_out(&self.all(), |s| s.list(prefix))
+            .await
+            .into_iter()
+            .map(|(i, r)| (self.stores[i].describe().to_string(), r))
+            .collect()
+    }
+
+    /// Decide an owner-checked operation's outcome from its tally: done by a majority, or by
+    /// some store when the rest could not be asked.
+    pub fn verdict(&self, tally: Tally) -> Result<usize, EngineError> {
+        let need = self.majority();
+        if tally.yes >= need || (tally.yes > 0 && tally.yes + tally.errors.len() >= need) {
+            return Ok(tally.yes);
+        }
+        if tally.yes + tally.no < need && !tally.errors.is_empty() && tally.yes == 0 {
+            return Err(unreachable(tally.errors, self.stores.len(), need));
+        }
+        Err(EngineError::NotHolder)
+    }
+}
+
+/// The one error to report when too few stores answered: refused wins (exit 77), otherwise
+/// unavailable (exit 69); either way every failing store is named on one line.
+fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
+    let refused = errors.iter().any(|e| matches!(e, StoreError::Refused(_)));
+    let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    let mut msg = detail.join("; ");
+    if n > 1 {
+        msg = format!(
+            "no majority of stores reachable ({} of {n} failed, {need} needed): {msg}",
+            errors.len()
+        );
+    }
+    if refused {
+        EngineError::Refused(msg)
+    } else {
+        EngineError::Unavailable(msg)
+    }
+}
+
+fn name_store(s: &dyn Store, e: StoreError) -> StoreError {
+    let d = s.describe();
+    match e {
+        StoreError::Unavailable(m) => StoreError::Unavailable(format!("{d}: {m}")),
+        StoreError::Refused(m) => StoreError::Refused(format!("{d}: {m}")),
+        StoreError::Protocol(m) => StoreError::Protocol(format!("{d}: {m}")),
+    }
+}
+
+/// Until any listener reports a change, or `max` passes.
+async fn wait_any(listeners: &mut [Box<dyn Listener>], max: Duration) {
+    if listeners.is_empty() {
+        sleep(max).await;
+        return;
+    }
+    select_all(listeners.iter_mut().map(|l| l.changed(max))).await;
+}
+
+/// A store that could not be opened: every call fails with the reason it could not.
+struct Down {
+    desc: String,
+    error: StoreError,
+}
+
+impl Down {
+    fn err<T>(&self) -> StoreResult<T> {
+        Err(match &self.error {
+            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+            StoreError::Refused(m) => StoreError::Refused(m.clone()),
+            StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Down {
+    fn describe(&self) -> &str {
+        &self.desc
+    }
+    async fn try_acquire(&self, _: &Acquire, _: bool) -> StoreResult<Attempt> {
+        self.err()
+    }
+    async fn listen(&self, _: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        self.err()
+    }
+    async fn renew(&self, _: &[String], _: &str, _: Duration) -> StoreResult<bool> {
+        self.err()
+    }
+    async fn release(&self, _: &[String], _: &str) -> StoreResult<bool> {
+        self.err()
+    }
+    async fn force_release(&self, _: &[String]) -> StoreResult<bool> {
+        self.err()
+    }
+    async fn raise_fence(&self, _: &[String], _: &[u64]) -> StoreResult<()> {
+        self.err()
+    }
+    async fn inspect(&self, _: &str) -> StoreResult<LockState> {
+        self.err()
+    }
+    async fn list(&self, _: &str) -> StoreResult<Vec<LockState>> {
+        self.err()
+    }
+}
+
+/// How the lease before this one ended, over all names of a lease (the worst answer wins).
+pub fn previous(lease: &Lease) -> Previous {
+    lease
+        .grants
+        .iter()
+        .map(|g| g.previous)
+        .max()
+        .unwrap_or_default()
+}

@@ -1,0 +1,94 @@
+//! Every exit code dlock can end with, and the error type that carries one.
+//!
+//! The codes are pinned by the design contract (scripts test them), so each has exactly one
+//! home here and the rest of the program only says which situation it is in.
+
+use std::fmt;
+
+/// The pinned exit codes. `run` passes its child's own status through instead of `Success`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitCode {
+    Success,
+    /// A token that does not hold the lock, or another plain failure.
+    Failure,
+    /// Bad flag, URL, duration or name (sysexits EX_USAGE).
+    Usage,
+    /// No majority of the stores could be reached in time (EX_UNAVAILABLE).
+    Unavailable,
+    /// `run`: the lease was lost while the child ran, and the child was stopped (EX_SOFTWARE).
+    LockLost,
+    /// Not acquired: busy with `-n`, or `-w` ran out (EX_TEMPFAIL; `-E` replaces it).
+    NotAcquired,
+    /// The store refused us: authentication or permission (EX_NOPERM).
+    Refused,
+    /// Any other number: a child's status passed through, 128+N for a signal, or `-E CODE`.
+    Raw(i32),
+}
+
+impl From<ExitCode> for i32 {
+    fn from(code: ExitCode) -> i32 {
+        match code {
+            ExitCode::Success => 0,
+            ExitCode::Failure => 1,
+            ExitCode::Usage => 64,
+            ExitCode::Unavailable => 69,
+            ExitCode::LockLost => 70,
+            ExitCode::NotAcquired => 75,
+            ExitCode::Refused => 77,
+            ExitCode::Raw(n) => n,
+        }
+    }
+}
+
+/// An error that ends the command: what to tell the user, and the code to exit with.
+#[derive(Debug)]
+pub struct Error {
+    pub code: ExitCode,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(code: ExitCode, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn usage(message: impl Into<String>) -> Self {
+        Error::new(ExitCode::Usage, message)
+    }
+    pub fn failure(message: impl Into<String>) -> Self {
+        Error::new(ExitCode::Failure, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_the_contract() {
+        let pinned = [
+            (ExitCode::Success, 0),
+            (ExitCode::Failure, 1),
+            (ExitCode::Usage, 64),
+            (ExitCode::Unavailable, 69),
+            (ExitCode::LockLost, 70),
+            (ExitCode::NotAcquired, 75),
+            (ExitCode::Refused, 77),
+        ];
+        for (code, n) in pinned {
+            assert_eq!(i32::from(code), n, "{code:?}");
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Where everything dlock prints goes: results on stdout, diagnostics on stderr.
+//!
+//! Colour only on a terminal (or `--color always`) and never with `NO_COLOR`. A closed stdout
+//! (`dlock list | head`) ends the program quietly instead of panicking.
+
+use std::io::{self, Write};
+
+use colored::{ColoredString, Colorize};
+
+use crate::cli::ColorWhen;
+use crate::sys;
+
+pub struct Output {
+    pub json: bool,
+    color_out: bool,
+    color_err: bool,
+    /// -1 quiet, 0 normal, 1+ verbose.
+    verbosity: i8,
+    err_tty: bool,
+}
+
+fn wants_color(when: ColorWhen, fd: i32) -> bool {
+    if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    match when {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => sys::is_terminal(fd),
+    }
+}
+
+impl Output {
+    pub fn new(json: bool, color: ColorWhen, verbose: u8, quiet: bool) -> Output {
+        // We decide per stream below; the crate's own detection would look at stdout only.
+        colored::control::set_override(true);
+        Output {
+            json,
+            color_out: wants_color(color, 1),
+            color_err: wants_color(color, 2),
+            verbosity: if quiet { -1 } else { verbose.min(3) as i8 },
+            err_tty: sys::is_terminal(2),
+        }
+    }
+
+    /// Plain output for errors that happen before the options are known.
+    pub fn plain() -> Output {
+        Output::new(false, ColorWhen::Auto, 0, false)
+    }
+
+    pub fn paint(&self, text: &str, style: fn(&str) -> ColoredString) -> String {
+        if self.color_out {
+            style(text).to_string()
+        } else {
+            text.to_string()
+        }
+    }
+
+    /// One result line on stdout.
+    pub fn line(&self, text: &str) {
+        let mut out = io::stdout().lock();
+        if let Err(e) = writeln!(out, "{text}").and_then(|_| out.flush()) {
+            closed_stdout(e);
+        }
+    }
+
+    pub fn json_value(&self, value: &serde_json::Value) {
+        self.line(&serde_json::to_string(value).expect("json serializes"));
+    }
+
+    fn err(&self, label: &str, style: fn(&str) -> ColoredString, msg: &str) {
+        let label = if self.color_err {
+            style(label).to_string()
+        } else {
+            label.to_string()
+        };
+        // One line: a message from a store may carry newlines of its own.
+        let msg = msg.replace('\n', " ");
+        let _ = writeln!(io::stderr().lock(), "dlock: {label}{msg}");
+    }
+
+    pub fn error(&self, msg: &str) {
+        self.err("error: ", |s| s.red().bold(), msg);
+    }
+
+    pub fn warn(&self, msg: &str) {
+        if self.verbosity >= 0 {
+            self.err("warning: ", |s| s.yellow().bold(), msg);
+        }
+    }
+
+    /// Something a person at a terminal wants to see, which a cron job must not mail.
+    pub fn notice(&self, msg: &str) {
+        if self.verbosity > 0 || (self.verbosity == 0 && self.err_tty) {
+            self.err("", |s| s.normal(), msg);
+        }
+    }
+
+    /// Detail for -v.
+    pub fn debug(&self, msg: &str) {
+        if self.verbosity > 0 {
+            self.err("", |s| s.dimmed(), msg);
+        }
+    }
+}
+
+fn closed_stdout(e: io::Error) {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    let _ = writeln!(io::stderr(), "dlock: error: cannot write to stdout: {e}");
+    std::process::exit(1);
+}

@@ -1,0 +1,529 @@
+//! The embedded file store: locks shared by the processes of one host, with no server.
+//!
+//! One directory per namespace, one JSON state file per lock name (holders with deadlines, the
+//! fence counter, how the last lease ended). Every read-modify-write runs under an exclusive
+//! `flock` on the namespace's `.lock` file, which also makes a multi-name grant atomic, and
+//! replaces the state file by rename, so a process killed mid-write leaves the old state whole.
+//! Deadlines are on CLOCK_BOOTTIME, which every process of the host shares and the wall clock
+//! cannot move; a state file from an earlier boot has no live holders.
+//! Waiters are woken by inotify on the directory (the rename of a state file).
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::io::unix::AsyncFd;
+
+use super::{
+    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreError,
+    StoreResult,
+};
+use crate::sys;
+
+/// The adapter: a cheap handle, so blocking work can move to a thread with its own copy.
+pub struct FileStore(std::sync::Arc<Dir>);
+
+/// One namespace directory of the store.
+struct Dir {
+    dir: PathBuf,
+    desc: String,
+    boot: String,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct State {
+    fence: u64,
+    #[serde(default)]
+    previous: String,
+    #[serde(default)]
+    boot: String,
+    #[serde(default)]
+    holders: Vec<Record>,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct Record {
+    token: String,
+    mode: String,
+    fence: u64,
+    /// CLOCK_BOOTTIME nanoseconds.
+    deadline: u64,
+    meta: String,
+}
+
+impl State {
+    /// Drop holders whose time is up (or whose boot is over), remembering that one expired.
+    fn purge(&mut self, now: u64, boot: &str) {
+        let before = self.holders.len();
+        if self.boot != boot {
+            self.holders.clear();
+            self.boot = boot.to_string();
+        }
+        self.holders.retain(|h| h.deadline > now);
+        if self.holders.len() < before {
+            self.previous = Previous::Expired.as_str().into();
+        }
+    }
+
+    fn modes(&self) -> impl Iterator<Item = Mode> + '_ {
+        self.holders
+            .iter()
+            .map(|h| Mode::from_code(&h.mode).unwrap_or(Mode::Exclusive))
+    }
+}
+
+fn now_ns() -> u64 {
+    sys::boottime().as_nanos() as u64
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// A lock name as a file name: `/` and anything unusual percent-encoded, so no name can climb
+/// out of the directory or collide with dlock's own dot-files.
+fn file_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 5);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"._-@+=:".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out.push_str(".json");
+    out
+}
+
+fn name_of(file: &str) -> Option<String> {
+    let stem = file.strip_suffix(".json")?;
+    if stem.starts_with('.') {
+        return None;
+    }
+    let mut out = Vec::new();
+    let b = stem.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            out.push(u8::from_str_radix(stem.get(i + 1..i + 3)?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
+    let msg = format!("{what} {}: {e}", path.display());
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        StoreError::Refused(msg)
+    } else {
+        StoreError::Unavailable(msg)
+    }
+}
+
+impl FileStore {
+    pub fn open(root: &Path, namespace: &str) -> StoreResult<FileStore> {
+        Dir::open(root, namespace).map(|d| FileStore(std::sync::Arc::new(d)))
+    }
+
+    /// Run `f` under the namespace's exclusive flock, on a blocking thread (another process
+    /// may hold the flock for a moment; the engine's per-store timeout bounds our wait).
+    async fn locked<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Dir) -> StoreResult<T> + Send + 'static,
+    {
+        let dir = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let lock_path = dir.dir.join(".lock");
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&lock_path)
+                .map_err(|e| io_err("cannot open", &lock_path, e))?;
+            flock(&file).map_err(|e| io_err("cannot lock", &lock_path, e))?;
+            f(&dir)
+            // The flock goes with `file` when it is dropped here.
+        })
+        .await
+        .map_err(|e| StoreError::Protocol(format!("file store task failed: {e}")))?
+    }
+}
+
+impl Dir {
+    fn open(root: &Path, namespace: &str) -> StoreResult<Dir> {
+        let dir = root.join(namespace);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| io_err("cannot create", &dir, e))?;
+        let meta = fs::symlink_metadata(root).map_err(|e| io_err("cannot read", root, e))?;
+        if !meta.is_dir() {
+            return Err(StoreError::Refused(format!(
+                "{} is not a directory",
+                root.display()
+            )));
+        }
+        Ok(Dir {
+            desc: format!("file://{}", root.display()),
+            dir,
+            boot: sys::boot_id(),
+        })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(file_name(name))
+    }
+
+    fn read(&self, name: &str) -> StoreResult<State> {
+        let path = self.path(name);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                StoreError::Protocol(format!(
+                    "state file {} is damaged ({e}); remove it to reset this lock",
+                    path.display()
+                ))
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(State::default()),
+            Err(e) => Err(io_err("cannot read", &path, e)),
+        }
+    }
+
+    fn write(&self, name: &str, state: &State) -> StoreResult<()> {
+        let tmp = self.dir.join(".tmp");
+        let path = self.path(name);
+        let bytes = serde_json::to_vec(state).expect("state serializes");
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        f.write_all(&bytes)
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| io_err("cannot replace", &path, e))
+    }
+
+    fn describe_holder(h: &Record, now: u64) -> Holder {
+        Holder {
+            owner: crate::names::owner_id(&h.token),
+            mode: Mode::from_code(&h.mode).unwrap_or(Mode::Exclusive),
+            fence: h.fence,
+            ttl_left_ms: h.deadline.saturating_sub(now) / 1_000_000,
+            meta: crate::meta::parse(&h.meta),
+        }
+    }
+
+    fn state_view(&self, name: &str, mut st: State) -> LockState {
+        let now = now_ns();
+        st.purge(now, &self.boot);
+        LockState {
+            name: name.to_string(),
+            holders: st
+                .holders
+                .iter()
+                .map(|h| Self::describe_holder(h, now))
+                .collect(),
+            waiters: Vec::new(),
+            fence: st.fence,
+            previous: Previous::parse(&st.previous),
+        }
+    }
+}
+
+fn flock(file: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: the descriptor is open for the whole call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FileStore {
+    fn describe(&self) -> &str {
+        &self.0.desc
+    }
+
+    async fn try_acquire(&self, req: &Acquire, _queue: bool) -> StoreResult<Attempt> {
+        let req = req.clone();
+        self.locked(move |fs| {
+            let now = now_ns();
+            let mut states = Vec::with_capacity(req.names.len());
+            let mut retry_after: Option<u64> = None;
+            for name in &req.names {
+                let mut st = fs.read(name)?;
+                st.purge(now, &fs.boot);
+                if !req.mode.admits(st.modes()) {
+                    let soonest = st.holders.iter().map(|h| h.deadline - now).min();
+                    retry_after = retry_after.min(soonest).or(soonest);
+                }
+                states.push(st);
+            }
+            if let Some(after) = retry_after {
+                return Ok(Attempt::Busy {
+                    retry_after: Some(Duration::from_nanos(after)),
+                });
+            }
+            let mut granted = Vec::with_capacity(states.len());
+            for (name, mut st) in req.names.iter().zip(states) {
+                st.fence += 1;
+                st.holders.push(Record {
+                    token: req.token.clone(),
+                    mode: req.mode.code(),
+                    fence: st.fence,
+                    deadline: now + ns(req.ttl),
+                    meta: req.meta.clone(),
+                });
+                fs.write(name, &st)?;
+                granted.push(Granted {
+                    fence: st.fence,
+                    previous: Previous::parse(&st.previous),
+                });
+            }
+            Ok(Attempt::Granted(granted))
+        })
+        .await
+    }
+
+    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        let files = req.names.iter().map(|n| file_name(n)).collect();
+        Ok(Box::new(
+            DirWatch::new(&self.0.dir, files)
+                .map_err(|e| io_err("cannot watch", &self.0.dir, e))?,
+        ))
+    }
+
+    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
+        let (names, token) = (names.to_vec(), token.to_string());
+        self.locked(move |fs| {
+            let now = now_ns();
+            let mut states = Vec::new();
+            for name in &names {
+                let mut st = fs.read(name)?;
+                match st
+                    .holders
+                    .iter_mut()
+                    .find(|h| h.token == token && h.deadline > now && st.boot == fs.boot)
+                {
+                    Some(h) => h.deadline = now + ns(ttl),
+                    None => return Ok(false),
+                }
+                states.push(st);
+            }
+            for (name, st) in names.iter().zip(&states) {
+                fs.write(name, st)?;
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+        let (names, token) = (names.to_vec(), token.to_string());
+        self.locked(move |fs| {
+            let now = now_ns();
+            let mut any = false;
+            for name in &names {
+                let mut st = fs.read(name)?;
+                let before = st.holders.len();
+                st.purge(now, &fs.boot);
+                let purged = st.holders.len() < before;
+                let live = st.holders.len();
+                st.holders.retain(|h| h.token != token);
+                if st.holders.len() < live {
+                    st.previous = Previous::Released.as_str().into();
+                    any = true;
+                }
+                if purged || st.holders.len() < live {
+                    fs.write(name, &st)?;
+                }
+            }
+            Ok(any)
+        })
+        .await
+    }
+
+    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        let names = names.to_vec();
+        self.locked(move |fs| {
+            let now = now_ns();
+            let mut any = false;
+            for name in &names {
+                let mut st = fs.read(name)?;
+                st.purge(now, &fs.boot);
+                if !st.holders.is_empty() {
+                    st.holders.clear();
+                    // The holder did not finish by itself: its successor should know.
+                    st.previous = Previous::Expired.as_str().into();
+                    any = true;
+                    fs.write(name, &st)?;
+                }
+            }
+            Ok(any)
+        })
+        .await
+    }
+
+    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        let (names, fences) = (names.to_vec(), fences.to_vec());
+        self.locked(move |fs| {
+            for (name, &fence) in names.iter().zip(&fences) {
+                let mut st = fs.read(name)?;
+                if st.fence < fence {
+                    st.fence = fence;
+                    fs.write(name, &st)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
+        // Whole-file renames make a read without the flock consistent.
+        let st = self.0.read(name)?;
+        Ok(self.0.state_view(name, st))
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
+        let fs = &self.0;
+        let entries = fs::read_dir(&fs.dir).map_err(|e| io_err("cannot list", &fs.dir, e))?;
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let Some(name) = file.to_str().and_then(name_of) else {
+                continue;
+            };
+            if !name.starts_with(prefix) {
+                continue;
+            }
+            let view = fs.state_view(&name, fs.read(&name)?);
+            if !view.holders.is_empty() {
+                out.push(view);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+/// inotify on the namespace directory, reporting renames onto the watched state files.
+struct DirWatch {
+    fd: AsyncFd<OwnedFd>,
+    files: HashSet<String>,
+}
+
+impl DirWatch {
+    fn new(dir: &Path, files: HashSet<String>) -> io::Result<DirWatch> {
+        // SAFETY: plain syscalls; the path is NUL-terminated by CString.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a fresh descriptor we own from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
+        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_DELETE;
+        // SAFETY: fd is open, c is a valid C string.
+        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(DirWatch { fd, files })
+    }
+
+    /// Read pending events; true if one names a watched file.
+    fn drain(&self) -> io::Result<bool> {
+        let mut buf = [0u8; 4096];
+        let mut hit = false;
+        loop {
+            // SAFETY: buf is writable for its length.
+            let n = unsafe {
+                libc::read(
+                    self.fd.get_ref().as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return if e.kind() == io::ErrorKind::WouldBlock {
+                    Ok(hit)
+                } else {
+                    Err(e)
+                };
+            }
+            let n = n as usize;
+            let mut off = 0;
+            let header = std::mem::size_of::<libc::inotify_event>();
+            while off + header <= n {
+                let len = u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap()) as usize;
+                let raw = &buf[off + header..(off + header + len).min(n)];
+                let name = raw.split(|&b| b == 0).next().unwrap_or(&[]);
+                if self.files.contains(std::str::from_utf8(name).unwrap_or("")) {
+                    hit = true;
+                }
+                off += header + len;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Listener for DirWatch {
+    async fn changed(&mut self, max: Duration) {
+        let _ = tokio::time::timeout(max, async {
+            loop {
+                let Ok(mut guard) = self.fd.readable().await else {
+                    return;
+                };
+                match self.drain() {
+                    Ok(true) => return,
+                    Ok(false) => guard.clear_ready(),
+                    Err(_) => return,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_stay_in_the_directory_and_round_trip() {
+        for name in ["deploy", "team/prod", "a:b@c+d=e", "x.y_z-1"] {
+            let f = file_name(name);
+            assert!(!f.contains('/'), "{f}");
+            assert!(!f.starts_with('.'), "{f}");
+            assert_eq!(name_of(&f).as_deref(), Some(name));
+        }
+        assert_eq!(name_of(".tmp"), None);
+        assert_eq!(name_of(".lock"), None);
+    }
+}

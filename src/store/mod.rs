@@ -1,0 +1,291 @@
+//! The adapter trait every backend implements, and the types that cross it.
+//!
+//! An adapter knows one store and nothing of the command line or of quorums: it makes one
+//! atomic grant attempt, renews and releases by owner token, raises a fence, tells its waiters
+//! when to look again, and reports what it holds. The engine (`crate::engine`) builds the
+//! majority-quorum lease, waiting and fencing on top of any mix of adapters.
+//!
+//! The shape follows the two recipes it must host. Stores without a queue (the file store,
+//! Redis) answer an attempt with granted or busy. Stores with one (etcd revisions, ZooKeeper
+//! sequence nodes) enqueue on an attempt with `queue = true` and report busy until the entry
+//! reaches the head; `release` by token removes a queued entry as well as a held one, so a
+//! waiter that gives up leaves nothing behind whatever the store.
+
+pub mod file;
+pub mod redis;
+pub mod url;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+pub use url::StoreUrl;
+
+/// How a lease shares its lock with others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// No one else.
+    Exclusive,
+    /// Other shared holders, never an exclusive one.
+    Shared,
+    /// Up to this many `Limit` holders at once.
+    Limit(u32),
+}
+
+impl Mode {
+    /// The compact spelling stores keep next to each holder.
+    pub fn code(self) -> String {
+        match self {
+            Mode::Exclusive => "x".into(),
+            Mode::Shared => "s".into(),
+            Mode::Limit(k) => format!("l{k}"),
+        }
+    }
+
+    pub fn from_code(s: &str) -> Option<Mode> {
+        match s {
+            "x" => Some(Mode::Exclusive),
+            "s" => Some(Mode::Shared),
+            _ => s.strip_prefix('l')?.parse().ok().map(Mode::Limit),
+        }
+    }
+
+    /// Whether a new lease of this mode may join the given live holders. Every store applies
+    /// this same rule inside its atomic grant (the Lua scripts spell it out again).
+    pub fn admits(self, holders: impl IntoIterator<Item = Mode>) -> bool {
+        let mut count = 0u32;
+        for h in holders {
+            count += 1;
+            match (self, h) {
+                (Mode::Shared, Mode::Shared) | (Mode::Limit(_), Mode::Limit(_)) => {}
+                _ => return false,
+            }
+        }
+        match self {
+            Mode::Exclusive => count == 0,
+            Mode::Shared => true,
+            Mode::Limit(k) => count < k,
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::Exclusive => f.write_str("exclusive"),
+            Mode::Shared => f.write_str("shared"),
+            Mode::Limit(k) => write!(f, "limit {k}"),
+        }
+    }
+}
+
+/// In JSON a mode is its display form: "exclusive", "shared" or "limit K".
+impl Serialize for Mode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// How the lease before this one on the same name ended, as the store remembers it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Previous {
+    /// No lease on this name has ended yet.
+    #[default]
+    None,
+    /// The last lease to end was released by its owner.
+    Released,
+    /// The last lease to end ran out (or was forced): its holder may have died mid-work.
+    Expired,
+}
+
+impl Previous {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Previous::None => "none",
+            Previous::Released => "released",
+            Previous::Expired => "expired",
+        }
+    }
+    pub fn parse(s: &str) -> Previous {
+        match s {
+            "released" => Previous::Released,
+            "expired" => Previous::Expired,
+            _ => Previous::None,
+        }
+    }
+}
+
+/// One grant attempt: every name in `names` is granted together or none is.
+#[derive(Clone, Debug)]
+pub struct Acquire {
+    /// Sorted and without duplicates (the canonical order `multilock` promises).
+    pub names: Vec<String>,
+    pub token: String,
+    pub mode: Mode,
+    pub ttl: Duration,
+    /// Holder metadata, a small JSON object.
+    pub meta: String,
+    /// The lease must outlive this process (`lock`), so it may not hang on a client session.
+    pub detached: bool,
+}
+
+/// What a store granted, per name in request order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Granted {
+    pub fence: u64,
+    pub previous: Previous,
+}
+
+#[derive(Clone, Debug)]
+pub enum Attempt {
+    Granted(Vec<Granted>),
+    /// Not granted. `retry_after`: when the blocking holder's lease runs out, if the store
+    /// knows; a waiter looks again by then even if no notification arrives.
+    Busy {
+        retry_after: Option<Duration>,
+    },
+}
+
+/// One holder as a store reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    /// The first digits of the token: tells holders apart without handing out the token.
+    pub owner: String,
+    pub mode: Mode,
+    pub fence: u64,
+    /// Lease time left by the store's own clock.
+    pub ttl_left_ms: u64,
+    pub meta: serde_json::Value,
+}
+
+/// One queued waiter, in queue order, where the store keeps a queue.
+#[derive(Clone, Debug, Serialize)]
+pub struct Waiter {
+    pub owner: String,
+    pub mode: Mode,
+    pub meta: serde_json::Value,
+}
+
+/// What one store knows of one lock name.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LockState {
+    pub name: String,
+    pub holders: Vec<Holder>,
+    pub waiters: Vec<Waiter>,
+    /// The last fence handed out on this name (0: never granted).
+    pub fence: u64,
+    /// How the last lease to end, ended.
+    pub previous: Previous,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Could not reach the store or it did not answer in time.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The store refused us: authentication or permission.
+    #[error("{0}")]
+    Refused(String),
+    /// The store answered with something this version cannot use.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Wakes a waiter when a lock it waits for may have changed hands.
+#[async_trait]
+pub trait Listener: Send {
+    /// Returns when a release (or any change that may admit us) was seen, or after `max`.
+    /// A notification may be missed or spurious: the caller always tries again after it.
+    async fn changed(&mut self, max: Duration);
+}
+
+/// One store. Implementations must keep every rule of the design contract: one atomic
+/// conditional operation per grant, expiry by the store's clock, owner-checked renew and
+/// release, a per-name fence that rises with every grant.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// The store's URL with secrets redacted, for messages.
+    fn describe(&self) -> &str;
+
+    /// One atomic grant attempt for all of `req.names`. With `queue`, a store that keeps a
+    /// queue enqueues the waiter (once per token) and a store without one may register it
+    /// for a wake-up.
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt>;
+
+    /// Start listening for changes to `req.names` (before the next queued attempt, so that a
+    /// release between the attempt and the wait is not missed).
+    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>>;
+
+    /// Push the lease's expiry to `ttl` from now if `token` still holds every name.
+    /// `Ok(false)`: it does not (expired, released, or never granted here).
+    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool>;
+
+    /// Release whatever `token` holds or has queued on `names`. `Ok(true)` if it held any.
+    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool>;
+
+    /// Drop every holder of `names`. `Ok(true)` if there was any.
+    async fn force_release(&self, names: &[String]) -> StoreResult<bool>;
+
+    /// Make the fence counter of each name at least the given value, so the next grant on
+    /// this store hands out more (the bakery rule of the quorum engine).
+    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()>;
+
+    async fn inspect(&self, name: &str) -> StoreResult<LockState>;
+
+    /// Every name under the prefix that has a live holder.
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>>;
+
+    /// Hints for `inspect` about how this store is set up (e.g. missing persistence).
+    async fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Connect to the store a URL names, for locks in `namespace`.
+pub async fn open(
+    url: &StoreUrl,
+    namespace: &str,
+    timeout: Duration,
+) -> StoreResult<Arc<dyn Store>> {
+    match url {
+        StoreUrl::File { dir } => Ok(Arc::new(file::FileStore::open(dir, namespace)?)),
+        StoreUrl::Redis(r) => Ok(Arc::new(
+            redis::RedisStore::connect(r, namespace, timeout).await?,
+        )),
+        other => Err(StoreError::Protocol(format!(
+            "{} stores are not supported by this build of dlock yet",
+            other.scheme()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compatibility_rules() {
+        use Mode::*;
+        assert!(Exclusive.admits([]));
+        assert!(!Exclusive.admits([Shared]));
+        assert!(Shared.admits([Shared, Shared]));
+        assert!(!Shared.admits([Exclusive]));
+        assert!(!Shared.admits([Limit(3)]));
+        assert!(Limit(2).admits([Limit(2)]));
+        assert!(!Limit(2).admits([Limit(2), Limit(2)]));
+        assert!(!Limit(2).admits([Exclusive]));
+    }
+
+    #[test]
+    fn mode_codes_round_trip() {
+        for m in [Mode::Exclusive, Mode::Shared, Mode::Limit(7)] {
+            assert_eq!(Mode::from_code(&m.code()), Some(m));
+        }
+        assert_eq!(Mode::from_code("q"), None);
+    }
+}

@@ -1,0 +1,67 @@
+-- Shared by every dlock script. Per lock name the caller passes four keys, all with the same
+-- hash tag so a Redis Cluster keeps them on one master:
+--   h  holders:  token -> "deadline_ms|fence|mode|meta"   (no TTL: expired holders are
+--                dropped here, by the server's clock, so the grant knows one expired)
+--   f  record:   fence (last fence handed out), previous (how the last lease ended)
+--   w  waiters:  token scored by the time it first waited (wake order)
+--   wd waiters:  token -> "deadline_ms|mode" (a waiter that stops refreshing is dropped)
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS / 4
+
+local function keys(i)
+  return KEYS[4 * i + 1], KEYS[4 * i + 2], KEYS[4 * i + 3], KEYS[4 * i + 4]
+end
+
+local function parse(v)
+  local d, f, m = string.match(v, '^(%d+)|(%d+)|([^|]*)|')
+  return tonumber(d), tonumber(f), m
+end
+
+-- Drop expired holders; return the live holders' modes and the least time any has left.
+local function purge(h, f)
+  local all = redis.call('HGETALL', h)
+  local modes, soonest, expired = {}, nil, false
+  for i = 1, #all, 2 do
+    local d, _, m = parse(all[i + 1])
+    if d <= now then
+      redis.call('HDEL', h, all[i])
+      expired = true
+    else
+      modes[#modes + 1] = m
+      if not soonest or d - now < soonest then soonest = d - now end
+    end
+  end
+  if expired then redis.call('HSET', f, 'previous', 'expired') end
+  return modes, soonest
+end
+
+-- The compatibility rule of dlock's modes: x alone; s with s; lK with fewer than K others.
+local function admits(mode, modes)
+  if mode == 'x' then return #modes == 0 end
+  for _, m in ipairs(modes) do
+    if mode == 's' and m ~= 's' then return false end
+    if mode ~= 's' and string.sub(m, 1, 1) ~= 'l' then return false end
+  end
+  if mode == 's' then return true end
+  return #modes < tonumber(string.sub(mode, 2))
+end
+
+local function unwait(w, wd, token)
+  if redis.call('ZREM', w, token) == 1 then redis.call('HDEL', wd, token) end
+end
+
+-- Wake the longest-waiting live waiter (one, not the herd), dropping dead ones on the way.
+local function wake(w, wd)
+  while true do
+    local first = redis.call('ZRANGE', w, 0, 0)[1]
+    if not first then return end
+    local d = redis.call('HGET', wd, first)
+    if d and tonumber(string.match(d, '^(%d+)')) > now then
+      redis.call('PUBLISH', 'dlock:wake:' .. first, '1')
+      return
+    end
+    unwait(w, wd, first)
+  end
+end

@@ -1,0 +1,34 @@
+-- ARGV: token, mode, ttl_ms, meta, queue (1: register as a waiter if busy), waiter_ttl_ms
+-- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1}.
+local token, mode, ttl, meta = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local busy, retry = false, nil
+for i = 0, n - 1 do
+  local h, f = keys(i)
+  local modes, soonest = purge(h, f)
+  if not admits(mode, modes) then
+    busy = true
+    if soonest and (not retry or soonest < retry) then retry = soonest end
+  end
+end
+if busy then
+  if ARGV[5] == '1' then
+    for i = 0, n - 1 do
+      local _, _, w, wd = keys(i)
+      redis.call('ZADD', w, 'NX', now, token)
+      redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode)
+    end
+  end
+  return {0, retry or -1}
+end
+local out = {1}
+for i = 0, n - 1 do
+  local h, f, w, wd = keys(i)
+  local fence = redis.call('HINCRBY', f, 'fence', 1)
+  redis.call('HSET', h, token, (now + ttl) .. '|' .. fence .. '|' .. mode .. '|' .. meta)
+  unwait(w, wd, token)
+  -- A sharer let in may make room for the next sharer: pass the wake-up along.
+  if mode ~= 'x' then wake(w, wd) end
+  out[#out + 1] = fence
+  out[#out + 1] = redis.call('HGET', f, 'previous') or 'none'
+end
+return out

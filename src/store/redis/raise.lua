@@ -1,0 +1,9 @@
+-- ARGV: one fence per name. Raises each name's counter to at least that value.
+for i = 0, n - 1 do
+  local _, f = keys(i)
+  local want = tonumber(ARGV[i + 1])
+  if tonumber(redis.call('HGET', f, 'fence') or '0') < want then
+    redis.call('HSET', f, 'fence', want)
+  end
+end
+return 1

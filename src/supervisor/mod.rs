@@ -1,0 +1,220 @@
+//! The child process of `run` and `multilock -- CMD`, supervised under a lease.
+//!
+//! The child runs in its own process group, so signals reach everything it started. The lease
+//! is renewed every ttl/3 (jittered) by a task of its own. If no renewal has succeeded by
+//! (deadline - kill grace), the group gets SIGTERM, and SIGKILL before the deadline itself:
+//! the child never runs past the client's conservative deadline, which falls before any store
+//! lets the lease go. If dlock dies, the kernel kills the child (parent-death signal).
+
+pub mod signals;
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::process::Command;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::app::Ctx;
+use crate::engine::{Engine, EngineError, Lease, previous, timing};
+use crate::exit::{Error, ExitCode, Result};
+use crate::sys;
+use signals::{FORWARDED, Signals};
+
+/// The `--kill-grace` to use: as given, or the default; it must leave room for renewals.
+pub fn kill_grace(given: Option<Duration>, ttl: Duration) -> Result<Duration> {
+    let grace = given.unwrap_or_else(|| timing::default_kill_grace(ttl));
+    if grace > ttl / 2 {
+        return Err(Error::usage(format!(
+            "--kill-grace {} is more than half the ttl {}; raise --ttl or lower --kill-grace",
+            humantime::format_duration(grace),
+            humantime::format_duration(ttl)
+        )));
+    }
+    Ok(grace)
+}
+
+/// What the renewal task last learned.
+#[derive(Clone, Debug)]
+struct Health {
+    deadline: Instant,
+    /// Set once the lease is known to be gone: stop the child now.
+    lost: Option<String>,
+    /// The last renewal failure, while it is not yet fatal.
+    trouble: Option<String>,
+}
+
+/// Run `command` while `lease` is held; release the lease when it exits and return the exit
+/// code dlock should end with.
+pub async fn supervise(
+    ctx: &Ctx,
+    lease: Lease,
+    command: &[OsString],
+    grace: Duration,
+) -> Result<i32> {
+    let out = &ctx.out;
+    // Catch the forwarded signals before the child exists, so none is lost in between.
+    let mut signals = Signals::catch(&FORWARDED)
+        .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
+    let mut child = match spawn(&lease, command) {
+        Ok(c) => c,
+        Err(e) => {
+            ctx.engine.release(&lease.req.names, &lease.req.token).await;
+            return Err(e);
+        }
+    };
+    let pgid = child.id().unwrap_or(0);
+    let terminal = sys::Foreground::give(pgid);
+    out.debug(&format!(
+        "started {:?} as pid {pgid} under fence {}",
+        command[0], lease.grants[0].fence
+    ));
+
+    let (tx, mut rx) = watch::channel(Health {
+        deadline: lease.deadline,
+        lost: None,
+        trouble: None,
+    });
+    let renewer = tokio::spawn(keep_alive(ctx.engine.clone(), lease.clone(), tx));
+
+    let mut term_sent = false;
+    let mut kill_sent = false;
+    let mut lost: Option<String> = None;
+    let status = loop {
+        let health = rx.borrow().clone();
+        let margin = (grace / 4).max(Duration::from_millis(10));
+        let mut kill_at = health.deadline - margin;
+        let term_at = health.deadline - grace;
+        if let Some(why) = &health.lost {
+            if lost.is_none() {
+                lost = Some(why.clone());
+                out.error(&format!("{why}; stopping the command"));
+                let _ = sys::kill_group(pgid, libc::SIGTERM);
+                term_sent = true;
+            }
+            kill_at = kill_at.min(Instant::now() + grace);
+        }
+        tokio::select! {
+            status = child.wait() => break status,
+            sig = signals.recv() => {
+                out.debug(&format!("forwarding {} to the command", sys::signal_name(sig)));
+                let _ = sys::kill_group(pgid, sig);
+            }
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    // The renewal task ended; it only does so after reporting a loss.
+                    std::future::pending::<()>().await;
+                }
+            }
+            _ = sleep_until(term_at), if !term_sent => {
+                let why = format!(
+                    "the lease on {} could not be renewed and runs out in {}{}",
+                    lease.req.names.join(", "),
+                    humantime::format_duration(grace),
+                    health.trouble.as_deref().map(|t| format!(" ({t})")).unwrap_or_default()
+                );
+                out.error(&format!("{why}; sending SIGTERM to the command"));
+                let _ = sys::kill_group(pgid, libc::SIGTERM);
+                lost.get_or_insert(why);
+                term_sent = true;
+            }
+            _ = sleep_until(kill_at), if term_sent && !kill_sent => {
+                out.error("the command did not stop in time; sending SIGKILL before the lease runs out");
+                let _ = sys::kill_group(pgid, libc::SIGKILL);
+                kill_sent = true;
+            }
+        }
+    };
+    renewer.abort();
+    drop(terminal);
+    if lost.is_some() {
+        // Whatever the child left running in its group must not outlive the lease either.
+        let _ = sys::kill_group(pgid, libc::SIGKILL);
+    }
+    let tally = ctx.engine.release(&lease.req.names, &lease.req.token).await;
+    if !tally.errors.is_empty() && lost.is_none() {
+        out.warn(&format!(
+            "could not release on every store (the lease will expire there): {}",
+            tally
+                .errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    if let Some(why) = lost {
+        return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
+    }
+    let status = status.map_err(|e| Error::failure(format!("cannot wait for the command: {e}")))?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    })
+}
+
+fn spawn(lease: &Lease, command: &[OsString]) -> Result<tokio::process::Child> {
+    let req = &lease.req;
+    let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..])
+        .env("DLOCK_NAME", req.names.join(" "))
+        .env("DLOCK_TOKEN", &req.token)
+        .env("DLOCK_FENCE", fences.join(" "))
+        .env("DLOCK_PREVIOUS", previous(lease).as_str())
+        .process_group(0);
+    let parent = std::process::id() as i32;
+    // SAFETY: die_with_parent only makes async-signal-safe calls (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || sys::die_with_parent(parent));
+    }
+    cmd.spawn().map_err(|e| {
+        let shown = command[0].to_string_lossy();
+        // The shell's conventions: 127 not found, 126 found but not runnable.
+        match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                Error::new(ExitCode::Raw(127), format!("{shown}: command not found"))
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                Error::new(ExitCode::Raw(126), format!("{shown}: permission denied"))
+            }
+            _ => Error::new(ExitCode::Raw(126), format!("cannot run {shown}: {e}")),
+        }
+    })
+}
+
+/// Renew every ttl/3 (jittered); after a failed renewal try again sooner, for as long as the
+/// lease may still be saved. Ends after reporting a definite loss.
+async fn keep_alive(engine: Arc<Engine>, mut lease: Lease, tx: watch::Sender<Health>) {
+    let ttl = lease.req.ttl;
+    let mut pause = timing::jitter(timing::renew_period(ttl), 0.1);
+    loop {
+        sleep(pause).await;
+        match engine.renew(&mut lease).await {
+            Ok(()) => {
+                tx.send_replace(Health {
+                    deadline: lease.deadline,
+                    lost: None,
+                    trouble: None,
+                });
+                pause = timing::jitter(timing::renew_period(ttl), 0.1);
+            }
+            Err(EngineError::Lost(why)) => {
+                tx.send_modify(|h| {
+                    h.lost = Some(format!(
+                        "the lease on {} was lost: {why}",
+                        lease.req.names.join(", ")
+                    ))
+                });
+                return;
+            }
+            Err(e) => {
+                tx.send_modify(|h| h.trouble = Some(e.to_string()));
+                pause = timing::jitter(ttl / 10, 0.2);
+            }
+        }
+    }
+}

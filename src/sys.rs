@@ -1,0 +1,141 @@
+//! The few OS calls dlock needs that std does not offer, each wrapped once.
+
+use std::io;
+use std::time::Duration;
+
+pub fn uid() -> u32 {
+    // SAFETY: getuid cannot fail and touches no memory.
+    unsafe { libc::getuid() }
+}
+
+pub fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Time since boot, counting suspend: the file store's clock. Every process on the host reads
+/// the same value, and it never jumps with the wall clock.
+pub fn boottime() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; CLOCK_BOOTTIME exists on every Linux we run on.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    assert_eq!(rc, 0, "CLOCK_BOOTTIME is unavailable");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Identifies this boot: a file store deadline from another boot is long past.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its whole length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+pub fn username() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| uid().to_string())
+}
+
+/// Send a signal to every process of a process group.
+pub fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
+    // SAFETY: plain syscall; a negative pid addresses the group.
+    let rc = unsafe { libc::kill(-(pgid as i32), signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether any process of the group is still alive.
+pub fn group_alive(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the group exists.
+    unsafe { libc::kill(-(pgid as i32), 0) == 0 }
+}
+
+/// In a freshly forked child, before exec: die with SIGKILL when the parent dies, so a child
+/// can never outlive the dlock that holds its lease. Must only call async-signal-safe code.
+pub fn die_with_parent(parent: i32) -> io::Result<()> {
+    // SAFETY: prctl and getppid are async-signal-safe and take no pointers here.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The parent may have died between fork and prctl; then nobody would send the signal.
+        if libc::getppid() != parent {
+            libc::_exit(1);
+        }
+    }
+    Ok(())
+}
+
+pub fn is_terminal(fd: i32) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// Name of a signal number, for messages.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// While alive, the terminal's foreground process group is the child's, so it can read the
+/// terminal and Ctrl-C reaches it directly (as it would without dlock). Restored on drop.
+pub struct Foreground {
+    previous: Option<libc::pid_t>,
+}
+
+impl Foreground {
+    pub fn give(pgid: u32) -> Foreground {
+        // SAFETY: tcgetpgrp/getpgrp/tcsetpgrp take no pointers; SIGTTOU is ignored around the
+        // switch so a background dlock is not stopped by it.
+        unsafe {
+            if libc::isatty(0) != 1 || libc::tcgetpgrp(0) != libc::getpgrp() {
+                return Foreground { previous: None };
+            }
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            let ok = libc::tcsetpgrp(0, pgid as libc::pid_t) == 0;
+            libc::signal(libc::SIGTTOU, old);
+            Foreground {
+                previous: ok.then(|| libc::getpgrp()),
+            }
+        }
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        if let Some(pg) = self.previous {
+            // SAFETY: as in give().
+            unsafe {
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, pg);
+                libc::signal(libc::SIGTTOU, old);
+            }
+        }
+    }
+}
