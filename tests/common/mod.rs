@@ -1,0 +1,183 @@
+//! Shared fixtures: the dlock binary with a clean environment, free ports, temp dirs, and
+//! real servers (one module per store) that start on loopback and stop when dropped.
+//! A missing server binary fails the test with the Debian package to install.
+
+#![allow(dead_code)]
+
+pub mod redis;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Fail (never skip) when a server binary is missing.
+pub fn require(binary: &str, package: &str) -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(binary);
+        if p.is_file() {
+            return p;
+        }
+    }
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/bin"] {
+        let p = Path::new(dir).join(binary);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)");
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A temp dir that lives as long as the value.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("dlock-test-").tempdir().unwrap()
+}
+
+/// Poll `f` until it is true or `limit` passes.
+pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
+
+/// A home for one test's dlock runs: its own runtime dir (the default file store) and the
+/// stores it should talk to.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub stores: Vec<String>,
+}
+
+impl Env {
+    /// dlock on its default store: the embedded file store in a fresh runtime dir.
+    pub fn file() -> Env {
+        Env {
+            dir: temp_dir(),
+            stores: Vec::new(),
+        }
+    }
+
+    pub fn with_stores(stores: Vec<String>) -> Env {
+        Env {
+            dir: temp_dir(),
+            stores,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `dlock` with a clean environment: no DLOCK_* from the caller, XDG_RUNTIME_DIR in the
+    /// test's own dir, and `--store` for each of the test's stores.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("DLOCK_") || k == "NO_COLOR" {
+                c.env_remove(k);
+            }
+        }
+        let runtime = self.dir.path().join("runtime");
+        std::fs::create_dir_all(&runtime).unwrap();
+        c.env("XDG_RUNTIME_DIR", runtime);
+        for s in &self.stores {
+            c.arg("--store").arg(s);
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Run dlock with these arguments to completion (with a generous safety limit).
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.cmd();
+        c.args(args);
+        output_within(c, Duration::from_secs(60))
+    }
+}
+
+/// Run a command, killing it if it takes longer than `limit` (so a hang fails, not blocks).
+pub fn output_within(mut c: Command, limit: Duration) -> Output {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dlock");
+    let status = wait_child(&mut child, limit)
+        .unwrap_or_else(|| panic!("{c:?} did not finish within {limit:?}"));
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Wait for a child at most `limit`; kill it and return None if it is still running then.
+pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).trim().to_string()
+}
+
+/// Assert an exit code, showing everything dlock said when it differs.
+#[track_caller]
+pub fn assert_code(o: &Output, expected: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(expected),
+        "expected exit {expected}\nstdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// Send a signal to a process.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain syscall.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
