@@ -82,6 +82,7 @@ pub async fn supervise(
     let mut term_sent = false;
     let mut kill_sent = false;
     let mut lost: Option<String> = None;
+    let mut renewer_done = false;
     let status = loop {
         let health = rx.borrow().clone();
         let margin = (grace / 4).max(Duration::from_millis(10));
@@ -102,12 +103,8 @@ pub async fn supervise(
                 out.debug(&format!("forwarding {} to the command", sys::signal_name(sig)));
                 let _ = sys::kill_group(pgid, sig);
             }
-            changed = rx.changed() => {
-                if changed.is_err() {
-                    // The renewal task ended; it only does so after reporting a loss.
-                    std::future::pending::<()>().await;
-                }
-            }
+            // The renewal task ends only after reporting a loss; then stop listening to it.
+            changed = rx.changed(), if !renewer_done => renewer_done = changed.is_err(),
             _ = sleep_until(term_at), if !term_sent => {
                 let why = format!(
                     "the lease on {} could not be renewed and runs out in {}{}",

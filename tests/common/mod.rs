@@ -26,7 +26,9 @@ pub fn require(binary: &str, package: &str) -> PathBuf {
             return p;
         }
     }
-    panic!("`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)");
+    panic!(
+        "`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)"
+    );
 }
 
 /// A port nobody listens on right now.
@@ -40,7 +42,10 @@ pub fn free_port() -> u16 {
 
 /// A temp dir that lives as long as the value.
 pub fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("dlock-test-").tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix("dlock-test-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Poll `f` until it is true or `limit` passes.
@@ -120,8 +125,18 @@ pub fn output_within(mut c: Command, limit: Duration) -> Output {
         .unwrap_or_else(|| panic!("{c:?} did not finish within {limit:?}"));
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
-    child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
     Output {
         status,
         stdout,
@@ -146,7 +161,9 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 }
 
 pub fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
+    o.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -180,4 +197,61 @@ pub fn signal(pid: u32, sig: i32) {
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// The shell child used by exclusion tests: logs entry and exit with its fence, O_APPEND.
+pub fn critical_section(log: &Path, hold_ms: u64) -> String {
+    format!(
+        "echo \"enter $DLOCK_FENCE $$\" >> {log}; sleep {secs}; echo \"exit $DLOCK_FENCE $$\" >> {log}",
+        log = log.display(),
+        secs = hold_ms as f64 / 1000.0
+    )
+}
+
+/// Start `clients` concurrent `dlock run NAME` processes whose children log their critical
+/// sections, wait for all, and check that no two sections overlapped and that fences rose
+/// strictly in entry order. Returns the fences in entry order.
+pub fn check_exclusion(env: &Env, name: &str, clients: usize, extra: &[&str]) -> Vec<u64> {
+    let log = env.path(&format!("{name}.log"));
+    let script = critical_section(&log, 20);
+    let mut children: Vec<Child> = (0..clients)
+        .map(|_| {
+            let mut c = env.cmd();
+            c.args(["run", name, "--ttl", "10s"])
+                .args(extra)
+                .args(["--", "sh", "-c", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for c in &mut children {
+        let status = wait_child(c, Duration::from_secs(60)).expect("a dlock run hung");
+        let mut err = String::new();
+        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(status.success(), "dlock run failed: {status:?}: {err}");
+    }
+    assert_sections(&std::fs::read_to_string(&log).unwrap(), clients)
+}
+
+/// Parse a critical-section log: every `enter F` is followed by its own `exit F` before any
+/// other entry, and F rises strictly. Returns the fences.
+#[track_caller]
+pub fn assert_sections(log: &str, expected: usize) -> Vec<u64> {
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), expected * 2, "log:\n{log}");
+    let mut fences = Vec::new();
+    for pair in lines.chunks(2) {
+        let enter: Vec<&str> = pair[0].split_whitespace().collect();
+        let exit: Vec<&str> = pair[1].split_whitespace().collect();
+        assert_eq!(enter[0], "enter", "two holders at once:\n{log}");
+        assert_eq!(exit[0], "exit", "two holders at once:\n{log}");
+        assert_eq!(enter[1..], exit[1..], "sections interleave:\n{log}");
+        let fence: u64 = enter[1].parse().expect("DLOCK_FENCE is a number");
+        if let Some(&last) = fences.last() {
+            assert!(fence > last, "fence {fence} after {last}:\n{log}");
+        }
+        fences.push(fence);
+    }
+    fences
 }

@@ -1,0 +1,252 @@
+//! `dlock run` supervising its child: environment, exit status, signals, dying holders, and a
+//! lease lost while the child runs.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+
+fn spawn_run(env: &Env, args: &[&str], script: &str) -> Child {
+    let mut c = env.cmd();
+    c.arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[test]
+fn the_child_sees_the_lease_in_its_environment() {
+    let env = Env::file();
+    let o = env.run(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_NAME; echo $DLOCK_TOKEN; echo $DLOCK_FENCE; echo $DLOCK_PREVIOUS",
+    ]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "job");
+    assert_eq!(lines[1].len(), 32);
+    assert_eq!(lines[2], "1");
+    assert_eq!(lines[3], "none");
+    let again = env.run(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_FENCE $DLOCK_PREVIOUS",
+    ]);
+    assert_eq!(stdout(&again), "2 released");
+}
+
+#[test]
+fn the_childs_exit_code_comes_back() {
+    let env = Env::file();
+    assert_code(&env.run(&["run", "job", "--", "sh", "-c", "exit 7"]), 7);
+    assert_code(&env.run(&["run-with-lock", "job", "--", "true"]), 0);
+    // The lock was released both times.
+    assert_code(&env.run(&["lock", "job", "-n"]), 0);
+}
+
+#[test]
+fn a_child_killed_by_sigkill_gives_137() {
+    let env = Env::file();
+    assert_code(
+        &env.run(&["run", "job", "--", "sh", "-c", "kill -9 $$"]),
+        137,
+    );
+}
+
+#[test]
+fn a_missing_command_gives_127_and_releases() {
+    let env = Env::file();
+    let o = env.run(&["run", "job", "--", "/no/such/command"]);
+    assert_code(&o, 127);
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+    assert_code(&env.run(&["lock", "job", "-n"]), 0);
+}
+
+#[test]
+fn sigterm_to_dlock_reaches_the_child_and_its_code_comes_back() {
+    let env = Env::file();
+    let log = env.path("log");
+    let script = format!(
+        "trap 'echo term >> {l}; exit 42' TERM; echo ready >> {l}; while :; do sleep 0.05; done",
+        l = log.display()
+    );
+    let mut dlock = spawn_run(&env, &["job"], &script);
+    assert!(wait_for(Duration::from_secs(10), || read(&log).contains("ready")));
+    signal(dlock.id(), libc::SIGTERM);
+    let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
+    assert_eq!(status.code(), Some(42));
+    assert!(read(&log).contains("term"));
+    assert_code(&env.run(&["lock", "job", "-n"]), 0);
+}
+
+#[test]
+fn sigusr1_is_forwarded_and_the_child_goes_on() {
+    let env = Env::file();
+    let log = env.path("log");
+    let script = format!(
+        "trap 'echo usr1 >> {l}; touch {l}.go' USR1; echo ready >> {l}; \
+         while [ ! -e {l}.go ]; do sleep 0.05; done; exit 5",
+        l = log.display()
+    );
+    let mut dlock = spawn_run(&env, &["job"], &script);
+    assert!(wait_for(Duration::from_secs(10), || read(&log).contains("ready")));
+    signal(dlock.id(), libc::SIGUSR1);
+    let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
+    assert_eq!(status.code(), Some(5));
+    assert!(read(&log).contains("usr1"));
+}
+
+#[test]
+fn a_killed_holder_takes_its_child_along_and_the_next_run_sees_expired() {
+    let env = Env::file();
+    let pidfile = env.path("child.pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let mut holder = spawn_run(&env, &["job", "--ttl", "2s"], &script);
+    assert!(wait_for(Duration::from_secs(10), || !read(&pidfile).is_empty()));
+    let child: u32 = read(&pidfile).trim().parse().unwrap();
+    signal(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || !alive(child)),
+        "the child outlived its dlock"
+    );
+    let start = Instant::now();
+    let next = env.run(&[
+        "run",
+        "job",
+        "-w",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_PREVIOUS",
+    ]);
+    assert_code(&next, 0);
+    assert_eq!(stdout(&next), "expired");
+    assert!(
+        start.elapsed() < Duration::from_millis(2500),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_killed_holder_on_redis_frees_the_lock_within_the_ttl() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let log = env.path("log");
+    let mut holder = spawn_run(
+        &env,
+        &["job", "--ttl", "2s"],
+        &format!("echo in >> {}; exec sleep 30", log.display()),
+    );
+    assert!(wait_for(Duration::from_secs(10), || read(&log).contains("in")));
+    signal(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    let start = Instant::now();
+    let next = env.run(&[
+        "run",
+        "job",
+        "-w",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_PREVIOUS",
+    ]);
+    assert_code(&next, 0);
+    assert_eq!(stdout(&next), "expired");
+    assert!(
+        start.elapsed() < Duration::from_millis(2500),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_forced_unlock_stops_the_child_and_exits_70() {
+    let env = Env::file();
+    let log = env.path("log");
+    let script = format!(
+        "trap 'echo term >> {l}; exit 0' TERM; echo ready >> {l}; while :; do sleep 0.05; done",
+        l = log.display()
+    );
+    let mut dlock = spawn_run(&env, &["job", "--ttl", "1s"], &script);
+    assert!(wait_for(Duration::from_secs(10), || read(&log).contains("ready")));
+    assert_code(&env.run(&["unlock", "job", "--force"]), 0);
+    let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
+    assert_eq!(status.code(), Some(70));
+    assert!(read(&log).contains("term"));
+}
+
+/// The store freezes while the child runs: no renewal can succeed, so the child must get
+/// SIGTERM (and be gone) before the lease deadline, dlock exits 70, and nobody else enters
+/// while the child still runs.
+#[test]
+fn a_frozen_redis_stops_the_child_before_the_lease_runs_out() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let log = env.path("log");
+    let script = format!(
+        "trap 'echo \"term $(date +%s%N)\" >> {l}; exit 0' TERM; echo \"enter $(date +%s%N)\" >> {l}; \
+         while :; do sleep 0.02; done",
+        l = log.display()
+    );
+    let ttl = Duration::from_secs(3);
+    let mut holder = spawn_run(&env, &["job", "--ttl", "3s", "--kill-grace", "1s"], &script);
+    assert!(wait_for(Duration::from_secs(10), || read(&log).contains("enter")));
+    let frozen_at = now_ns();
+    redis.pause();
+    let status = wait_child(&mut holder, Duration::from_secs(10)).expect("dlock exits");
+    let stopped_by = now_ns();
+    redis.resume();
+    assert_eq!(status.code(), Some(70), "dlock should report the lost lock");
+    let text = read(&log);
+    let term: u128 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("term "))
+        .expect("the child got SIGTERM")
+        .parse()
+        .unwrap();
+    // The last renewal was before the freeze, so the deadline is before freeze + ttl.
+    assert!(
+        term < frozen_at + ttl.as_nanos(),
+        "SIGTERM came after the lease could have run out"
+    );
+    assert!(
+        stopped_by < frozen_at + ttl.as_nanos() + 200_000_000,
+        "dlock outlived the lease"
+    );
+    // Someone else gets the lock now, strictly after the child ended.
+    let next = env.run(&["run", "job", "-w", "10s", "--", "sh", "-c", "date +%s%N"]);
+    assert_code(&next, 0);
+    let entered: u128 = stdout(&next).parse().unwrap();
+    assert!(
+        entered > term,
+        "a second holder entered while the first child ran"
+    );
+}
