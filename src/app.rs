@@ -140,5 +140,7 @@ async fn open_engine(global: &GlobalArgs, ttl: Option<Duration>) -> Result<Engin
             humantime::format_duration(ttl)
         )));
     }
-    Ok(Engine::open(&urls, &global.namespace, store_timeout).await)
+    Engine::open(&urls, &global.namespace, store_timeout)
+        .await
+        .map_err(|e| Error::usage(e.to_string()))
 }

@@ -75,7 +75,12 @@ pub struct Engine {
 impl Engine {
     /// Connect to every store in parallel. A store that cannot be reached stays in the list as
     /// one that errors on every call, so a quorum survives a minority being down.
-    pub async fn open(urls: &[StoreUrl], namespace: &str, store_timeout: Duration) -> Engine {
+    /// A URL that asks for something its store cannot do fails the whole open (a usage error).
+    pub async fn open(
+        urls: &[StoreUrl],
+        namespace: &str,
+        store_timeout: Duration,
+    ) -> Result<Engine, StoreError> {
         let stores = join_all(urls.iter().map(|url| async move {
             let opened =
                 match timeout(store_timeout, store::open(url, namespace, store_timeout)).await {
@@ -85,18 +90,22 @@ impl Engine {
                         humantime::format_duration(store_timeout)
                     ))),
                 };
-            opened.unwrap_or_else(|error| {
-                Arc::new(Down {
+            match opened {
+                Ok(s) => Ok(s),
+                Err(StoreError::Invalid(m)) => Err(StoreError::Invalid(format!("{url}: {m}"))),
+                Err(error) => Ok(Arc::new(Down {
                     desc: url.to_string(),
                     error,
-                }) as Arc<dyn Store>
-            })
+                }) as Arc<dyn Store>),
+            }
         }))
-        .await;
-        Engine {
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+        Ok(Engine {
             stores,
             store_timeout,
-        }
+        })
     }
 
     pub fn from_stores(stores: Vec<Arc<dyn Store>>, store_timeout: Duration) -> Engine {
@@ -381,6 +390,7 @@ fn name_store(s: &dyn Store, e: StoreError) -> StoreError {
         StoreError::Unavailable(m) => StoreError::Unavailable(format!("{d}: {m}")),
         StoreError::Refused(m) => StoreError::Refused(format!("{d}: {m}")),
         StoreError::Protocol(m) => StoreError::Protocol(format!("{d}: {m}")),
+        StoreError::Invalid(m) => StoreError::Invalid(format!("{d}: {m}")),
     }
 }
 
@@ -405,6 +415,7 @@ impl Down {
             StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
             StoreError::Refused(m) => StoreError::Refused(m.clone()),
             StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
+            StoreError::Invalid(m) => StoreError::Invalid(m.clone()),
         })
     }
 }

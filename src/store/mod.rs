@@ -192,6 +192,9 @@ pub enum StoreError {
     /// The store answered with something this version cannot use.
     #[error("{0}")]
     Protocol(String),
+    /// The URL asks for something this store cannot do (a usage error, exit 64).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -257,7 +260,7 @@ pub async fn open(
         StoreUrl::Redis(r) => Ok(Arc::new(
             redis::RedisStore::connect(r, namespace, timeout).await?,
         )),
-        other => Err(StoreError::Protocol(format!(
+        other => Err(StoreError::Invalid(format!(
             "{} stores are not supported by this build of dlock yet",
             other.scheme()
         ))),

@@ -84,7 +84,7 @@ impl RedisStore {
     ) -> StoreResult<RedisStore> {
         let mut url = url.clone();
         let client = client_for(&mut url)?;
-        url.reject_unknown_params().map_err(StoreError::Protocol)?;
+        url.reject_unknown_params().map_err(StoreError::Invalid)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(None);
@@ -190,7 +190,7 @@ fn client_for(url: &mut ServerUrl) -> StoreResult<Client> {
     let db = match url.path.trim_start_matches('/') {
         "" => 0,
         d => d.parse::<i64>().map_err(|_| {
-            StoreError::Protocol(format!("the database {d:?} is not a number; write e.g. /0"))
+            StoreError::Invalid(format!("the database {d:?} is not a number; write e.g. /0"))
         })?,
     };
     let ca = url.take_param("ca_file");
@@ -221,7 +221,7 @@ fn client_for(url: &mut ServerUrl) -> StoreResult<Client> {
         .set_redis_settings(settings);
     if !url.tls {
         if ca.is_some() || cert.is_some() {
-            return Err(StoreError::Protocol(
+            return Err(StoreError::Invalid(
                 "ca_file, cert_file and key_file need a rediss:// URL".into(),
             ));
         }
@@ -229,7 +229,7 @@ fn client_for(url: &mut ServerUrl) -> StoreResult<Client> {
     }
     crate::tls::install_provider();
     let read = |p: &str| {
-        std::fs::read(p).map_err(|e| StoreError::Protocol(format!("cannot read {p}: {e}")))
+        std::fs::read(p).map_err(|e| StoreError::Invalid(format!("cannot read {p}: {e}")))
     };
     let client_tls = match (cert, key) {
         (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
@@ -238,7 +238,7 @@ fn client_for(url: &mut ServerUrl) -> StoreResult<Client> {
         }),
         (None, None) => None,
         _ => {
-            return Err(StoreError::Protocol(
+            return Err(StoreError::Invalid(
                 "cert_file and key_file go together".into(),
             ));
         }

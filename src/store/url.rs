@@ -49,7 +49,7 @@ impl ServerUrl {
     pub fn reject_unknown_params(&self) -> Result<(), String> {
         match self.params.first() {
             None => Ok(()),
-            Some((k, _)) => Err(format!("{self}: unknown parameter {k:?}")),
+            Some((k, _)) => Err(format!("unknown parameter {k:?} in the store URL")),
         }
     }
 }

@@ -131,7 +131,8 @@ fn ping(port: u16) -> bool {
         return false;
     }
     let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+    BufReader::new(s).read_line(&mut line).is_ok()
+        && (line.starts_with("+PONG") || line.starts_with("-NOAUTH"))
 }
 
 impl Drop for RedisServer {

@@ -1,0 +1,268 @@
+//! The command line contract: bad input gets one line on stderr and the pinned exit code,
+//! output goes where a Unix tool puts it, and every pinned code comes from its situation.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::redis::RedisServer;
+use common::*;
+
+/// Bad input: exit 64, one line on stderr, no panic, nothing on stdout.
+#[track_caller]
+fn usage_error(env: &Env, args: &[&str]) -> String {
+    let o = env.run(args);
+    let err = stderr(&o);
+    assert_code(&o, 64);
+    assert_eq!(err.lines().count(), 1, "{args:?} said:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&o).is_empty(), "{args:?}");
+    err
+}
+
+#[test]
+fn bad_input_is_a_one_line_usage_error() {
+    let env = Env::file();
+    let long = "x".repeat(201);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--store", "localhost:6379", "lock", "a"],
+        vec!["--store", "mysql://h/db", "lock", "a"],
+        vec!["--store", "redis://h:99999", "lock", "a"],
+        vec!["--store", "redis://h:0", "lock", "a"],
+        vec!["--store", "redis://", "lock", "a"],
+        vec!["--store", "redis://a,b", "lock", "a"],
+        vec!["--store", "file://relative/dir", "lock", "a"],
+        vec!["--store", "redis://h?nonsense=1", "lock", "a"],
+        vec!["--store", "redis://h/notanumber", "lock", "a"],
+        vec![
+            "--store",
+            "redis://127.0.0.1:1",
+            "--store",
+            "redis://127.0.0.1:1",
+            "lock",
+            "a",
+        ],
+        vec!["lock", "a", "--ttl", "0s"],
+        vec!["lock", "a", "--ttl", "-5s"],
+        vec!["lock", "a", "--ttl", "soon"],
+        vec!["lock", "a", "--ttl", "9999999d"],
+        vec!["lock", "a", "-w", "forever"],
+        vec!["lock", "a", "-w", "1s", "-n"],
+        vec!["lock", "a", "--shared", "--limit", "2"],
+        vec!["lock", "a", "--limit", "0"],
+        vec!["lock", ""],
+        vec!["lock", &long],
+        vec!["lock", "../etc/passwd"],
+        vec!["lock", "a b"],
+        vec!["lock", "tab\there"],
+        vec!["unlock", "a"],
+        vec!["unlock", "a", "--token", "nothex"],
+        vec![
+            "unlock",
+            "a",
+            "--token",
+            "0123456789abcdef0123456789abcdef",
+            "--force",
+        ],
+        vec!["extend", "a"],
+        vec!["run", "a"],
+        vec![
+            "run",
+            "a",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "900ms",
+            "--",
+            "true",
+        ],
+        vec!["--namespace", "a/b", "lock", "a"],
+        vec!["--store-timeout", "40s", "lock", "a"],
+        vec!["--color", "sometimes", "list"],
+        vec!["frobnicate"],
+        vec!["lock", "a", "--frob"],
+        vec!["completions", "tcsh"],
+    ];
+    for args in cases {
+        usage_error(&env, &args);
+    }
+}
+
+#[test]
+fn usage_errors_say_how_to_fix_them() {
+    let env = Env::file();
+    assert!(usage_error(&env, &["lock", "a", "--ttl", "soon"]).contains("30s"));
+    assert!(usage_error(&env, &["--store", "mysql://h", "list"]).contains("redis://"));
+    assert!(usage_error(&env, &["lock", "a", "--frob"]).contains("--help"));
+}
+
+#[test]
+fn passwords_never_appear_in_messages() {
+    let env = Env::file();
+    let o = env.run(&["--store", "redis://u:hunter2@127.0.0.1:1", "lock", "a"]);
+    assert_code(&o, 69);
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+    let o = env.run(&["--store", "bogus://u:hunter2@h", "lock", "a"]);
+    assert_code(&o, 64);
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+}
+
+#[test]
+fn environment_variables_stand_in_for_flags() {
+    let redis = RedisServer::start();
+    let env = Env::file();
+    let mut c = env.cmd();
+    c.args(["lock", "a"])
+        .env("DLOCK_STORE", redis.url())
+        .env("DLOCK_TTL", "7s")
+        .env("DLOCK_NAMESPACE", "ns1");
+    let o = output_within(c, std::time::Duration::from_secs(30));
+    assert_code(&o, 0);
+    let on_redis = Env::with_stores(vec![redis.url()]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&on_redis.run(&[
+        "--json",
+        "--namespace",
+        "ns1",
+        "inspect",
+        "a",
+    ])))
+    .unwrap();
+    assert_eq!(v["held"], true);
+    assert!(v["holders"][0]["ttl_left_ms"].as_u64().unwrap() <= 7000);
+    let mut bad = env.cmd();
+    bad.args(["lock", "b"]).env("DLOCK_TTL", "often");
+    assert_code(&output_within(bad, std::time::Duration::from_secs(30)), 64);
+}
+
+#[test]
+fn unreachable_store_is_69_and_wrong_password_is_77() {
+    let env = Env::file();
+    let o = env.run(&["--store", "redis://127.0.0.1:1", "lock", "a"]);
+    assert_code(&o, 69);
+    assert_eq!(stderr(&o).lines().count(), 1);
+    let redis = RedisServer::start_with(&["--requirepass", "right"]);
+    let url = format!("redis://:wrong@127.0.0.1:{}", redis.port);
+    let o = env.run(&["--store", &url, "lock", "a"]);
+    assert_code(&o, 77);
+    assert!(stderr(&o).contains("password"), "{}", stderr(&o));
+    let good = format!("redis://:right@127.0.0.1:{}", redis.port);
+    assert_code(&env.run(&["--store", &good, "lock", "a"]), 0);
+    // The password may come from a file instead, out of `ps`.
+    let pw = env.path("pw");
+    std::fs::write(&pw, "right\n").unwrap();
+    let from_file = format!(
+        "redis://127.0.0.1:{}?password_file={}",
+        redis.port,
+        pw.display()
+    );
+    assert_code(&env.run(&["--store", &from_file, "lock", "b"]), 0);
+}
+
+#[test]
+fn busy_is_75_and_dash_e_replaces_it() {
+    let env = Env::file();
+    assert_code(&env.run(&["lock", "a"]), 0);
+    assert_code(&env.run(&["lock", "a", "-n"]), 75);
+    assert_code(&env.run(&["lock", "a", "-n", "-E", "3"]), 3);
+    assert_code(&env.run(&["run", "a", "-n", "-E", "0", "--", "false"]), 0);
+    let start = std::time::Instant::now();
+    assert_code(&env.run(&["run", "a", "-w", "300ms", "--", "true"]), 75);
+    assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+}
+
+#[test]
+fn every_command_speaks_json() {
+    let env = Env::file();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let o = env.run(&full);
+        assert_code(&o, 0);
+        serde_json::from_str(&stdout(&o))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
+    };
+    let lock = json(&["lock", "a", "--ttl", "20s"]);
+    let token = lock["token"].as_str().unwrap().to_string();
+    assert_eq!(lock["fence"], 1);
+    assert_eq!(lock["name"], "a");
+    assert_eq!(json(&["extend", "a", "--token", &token])["name"], "a");
+    let inspect = json(&["inspect", "a"]);
+    assert_eq!(inspect["held"], true);
+    assert_eq!(inspect["holders"][0]["mode"], "exclusive");
+    assert_eq!(json(&["list"])["locks"][0]["name"], "a");
+    assert_eq!(json(&["unlock", "a", "--token", &token])["released"], true);
+    assert_eq!(json(&["multilock", "x", "y"])["names"][1], "y");
+}
+
+#[test]
+fn colour_only_when_asked_and_never_with_no_color() {
+    let env = Env::file();
+    assert_code(&env.run(&["lock", "a"]), 0);
+    let plain = env.run(&["inspect", "a"]);
+    assert!(!stdout(&plain).contains('\x1b'), "colour on a pipe");
+    let forced = env.run(&["--color", "always", "inspect", "a"]);
+    assert!(stdout(&forced).contains('\x1b'));
+    let mut c = env.cmd();
+    c.args(["--color", "always", "inspect", "a"])
+        .env("NO_COLOR", "1");
+    assert!(!stdout(&output_within(c, std::time::Duration::from_secs(30))).contains('\x1b'));
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let env = Env::file();
+    let mut c = env.cmd();
+    c.args(["completions", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    drop(child.stdout.take());
+    let status = wait_child(&mut child, std::time::Duration::from_secs(10)).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(status.success(), "{status:?} {err}");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let env = Env::file();
+    let h = env.run(&["--help"]);
+    assert_code(&h, 0);
+    assert!(stdout(&h).contains("multilock"));
+    let v = env.run(&["--version"]);
+    assert_code(&v, 0);
+    assert!(stdout(&v).starts_with("dlock "));
+}
+
+#[test]
+fn unlock_force_releases_anyone_and_a_stale_token_changes_nothing() {
+    let env = Env::file();
+    let t = stdout(&env.run(&["lock", "a"]));
+    assert_code(
+        &env.run(&["unlock", "a", "--token", "0123456789abcdef0123456789abcdef"]),
+        1,
+    );
+    assert_code(
+        &env.run(&["extend", "a", "--token", "0123456789abcdef0123456789abcdef"]),
+        1,
+    );
+    assert_code(&env.run(&["lock", "a", "-n"]), 75);
+    assert_code(&env.run(&["unlock", "a", "--force"]), 0);
+    assert_code(&env.run(&["unlock", "a", "--token", &t]), 1);
+    assert_code(&env.run(&["lock", "a", "-n"]), 0);
+}
+
+#[test]
+fn a_lock_taken_with_a_ttl_expires_and_extend_pushes_it_out() {
+    let env = Env::file();
+    let t = stdout(&env.run(&["lock", "a", "--ttl", "400ms"]));
+    assert_code(&env.run(&["extend", "a", "--token", &t, "--ttl", "2s"]), 0);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_code(&env.run(&["lock", "a", "-n"]), 75);
+    let t2 = stdout(&env.run(&["lock", "b", "--ttl", "300ms"]));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_code(&env.run(&["extend", "b", "--token", &t2]), 1);
+    let o = env.run(&["run", "b", "-n", "--", "sh", "-c", "echo $DLOCK_PREVIOUS"]);
+    assert_eq!(stdout(&o), "expired");
+}

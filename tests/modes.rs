@@ -1,0 +1,114 @@
+//! `--shared` (readers) and `--limit K` (a semaphore), on the file store and on Redis.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use common::*;
+
+fn background(env: &Env, args: &[&str]) -> Child {
+    let mut c = env.cmd();
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+fn still_waiting(c: &mut Child) -> bool {
+    std::thread::sleep(Duration::from_millis(400));
+    c.try_wait().unwrap().is_none()
+}
+
+fn shared_holders_share_and_an_exclusive_one_waits_for_both(env: &Env) {
+    let r1 = stdout(&env.run(&["lock", "db", "--shared"]));
+    let r2 = env.run(&["lock", "db", "--shared", "-n"]);
+    assert_code(&r2, 0);
+    assert_code(&env.run(&["lock", "db", "-n"]), 75);
+    let mut writer = background(env, &["lock", "db", "-w", "20s"]);
+    assert!(still_waiting(&mut writer));
+    assert_code(&env.run(&["unlock", "db", "--token", &r1]), 0);
+    assert!(
+        still_waiting(&mut writer),
+        "the writer got in past a reader"
+    );
+    assert_code(&env.run(&["unlock", "db", "--token", &stdout(&r2)]), 0);
+    let status = wait_child(&mut writer, Duration::from_secs(10)).expect("the writer gets in");
+    assert!(status.success());
+    // And now readers wait for the writer.
+    assert_code(&env.run(&["lock", "db", "--shared", "-n"]), 75);
+}
+
+fn a_limit_of_two_lets_two_in_and_the_third_waits(env: &Env) {
+    let a = stdout(&env.run(&["lock", "pool", "--limit", "2"]));
+    assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 0);
+    assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 75);
+    let mut third = background(env, &["lock", "pool", "--limit", "2", "-w", "20s"]);
+    assert!(still_waiting(&mut third));
+    assert_code(&env.run(&["unlock", "pool", "--token", &a]), 0);
+    let status = wait_child(&mut third, Duration::from_secs(10)).expect("the third gets in");
+    assert!(status.success());
+}
+
+/// Two shared `run`s are inside at the same moment: each child waits until both are in.
+fn shared_runs_overlap(env: &Env) {
+    let log = env.path("shared.log");
+    let script = format!(
+        "echo in >> {l}; i=0; while [ $(grep -c in {l}) -lt 2 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
+         [ $(grep -c in {l}) -ge 2 ]",
+        l = log.display()
+    );
+    let mut a = background(env, &["run", "r", "--shared", "--", "sh", "-c", &script]);
+    let mut b = background(env, &["run", "r", "--shared", "--", "sh", "-c", &script]);
+    assert!(
+        wait_child(&mut a, Duration::from_secs(20))
+            .unwrap()
+            .success()
+    );
+    assert!(
+        wait_child(&mut b, Duration::from_secs(20))
+            .unwrap()
+            .success()
+    );
+}
+
+#[test]
+fn shared_on_the_file_store() {
+    let env = Env::file();
+    shared_holders_share_and_an_exclusive_one_waits_for_both(&env);
+    shared_runs_overlap(&env);
+}
+
+#[test]
+fn shared_on_redis() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    shared_holders_share_and_an_exclusive_one_waits_for_both(&env);
+    shared_runs_overlap(&env);
+}
+
+#[test]
+fn limit_on_the_file_store() {
+    a_limit_of_two_lets_two_in_and_the_third_waits(&Env::file());
+}
+
+#[test]
+fn limit_on_redis() {
+    let redis = RedisServer::start();
+    a_limit_of_two_lets_two_in_and_the_third_waits(&Env::with_stores(vec![redis.url()]));
+}
+
+#[test]
+fn shared_and_limit_holders_expire_one_by_one_on_redis() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    assert_code(
+        &env.run(&["lock", "p", "--limit", "2", "--ttl", "300ms"]),
+        0,
+    );
+    assert_code(&env.run(&["lock", "p", "--limit", "2", "--ttl", "10s"]), 0);
+    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 75);
+    std::thread::sleep(Duration::from_millis(400));
+    // The short lease ran out; the long one still holds its slot.
+    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 0);
+    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 75);
+}
