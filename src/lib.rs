@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod docs;
 pub mod commands;
 pub mod engine;
 pub mod exit;

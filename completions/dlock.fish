@@ -1,0 +1,155 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_dlock_global_optspecs
+    string join \n store= namespace= json color= v/verbose q/quiet store-timeout= h/help V/version
+end
+
+function __fish_dlock_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_dlock_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_dlock_using_subcommand
+    set -l cmd (__fish_dlock_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c dlock -n "__fish_dlock_needs_command" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_needs_command" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "lock" -d 'Take a lock that outlives this process and print its token'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "unlock" -d 'Release a lock by its token, or any holder with --force'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "extend" -d 'Renew a lease held by a token'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "multilock" -d 'Take several locks at once, all or none, then run a command or print the token'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "inspect" -d 'Show who holds a lock, its fence and its waiters'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List the locks that are held'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shared -d 'Share the lock with other --shared holders (readers); exclusive holders wait'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l token -d 'Token printed by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l force -d 'Release every holder, whoever it is'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l token -d 'Token printed by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l ttl -d 'New lease time, counted from now' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l shared -d 'Share the lock with other --shared holders (readers); exclusive holders wait'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s V -l version -d 'Print version'
