@@ -25,7 +25,10 @@ pub fn man_pages() -> Vec<(String, Vec<u8>)> {
     let mut pages = vec![("dlock.1".to_string(), render(cmd.clone()))];
     for sub in cmd.get_subcommands() {
         let name = format!("dlock-{}", sub.get_name());
-        let page = sub.clone().name(name.clone()).version(env!("CARGO_PKG_VERSION"));
+        let page = sub
+            .clone()
+            .name(name.clone())
+            .version(env!("CARGO_PKG_VERSION"));
         pages.push((format!("{name}.1"), render(page)));
     }
     pages

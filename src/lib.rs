@@ -6,8 +6,8 @@
 
 pub mod app;
 pub mod cli;
-pub mod docs;
 pub mod commands;
+pub mod docs;
 pub mod engine;
 pub mod exit;
 pub mod meta;

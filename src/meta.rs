@@ -24,6 +24,8 @@ pub fn holder(command: &[std::ffi::OsString]) -> String {
     let value = json!({
         "host": crate::sys::hostname(),
         "pid": crate::sys::pid(),
+        // For `lock`, dlock itself exits at once: the caller (a script) is the real holder.
+        "ppid": std::os::unix::process::parent_id(),
         "user": crate::sys::username(),
         "command": cmd,
         "acquired_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

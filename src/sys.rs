@@ -43,10 +43,28 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// The login name of our uid (not $USER, which the environment may leave out or fake).
 pub fn username() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| uid().to_string())
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0u8; 4096];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: pw, buf and result are valid for writes; buf outlives every read of pw's strings.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            uid(),
+            &mut pw,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 || result.is_null() {
+        return uid().to_string();
+    }
+    // SAFETY: on success pw_name points to a NUL-terminated string inside buf.
+    unsafe { std::ffi::CStr::from_ptr(pw.pw_name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Send a signal to every process of a process group.

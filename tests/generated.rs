@@ -37,8 +37,20 @@ fn completions_and_man_pages_are_current() {
 
 #[test]
 fn every_command_has_a_man_page() {
-    let pages: Vec<String> = dlock::docs::man_pages().into_iter().map(|(n, _)| n).collect();
-    for cmd in ["lock", "unlock", "extend", "run", "multilock", "inspect", "list", "completions"] {
+    let pages: Vec<String> = dlock::docs::man_pages()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for cmd in [
+        "lock",
+        "unlock",
+        "extend",
+        "run",
+        "multilock",
+        "inspect",
+        "list",
+        "completions",
+    ] {
         assert!(pages.contains(&format!("dlock-{cmd}.1")), "{pages:?}");
     }
 }

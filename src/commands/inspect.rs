@@ -204,7 +204,14 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                Err(e) => format!("unreachable: {e}"),
+                Err(e) => {
+                    let e = e.to_string();
+                    let detail = e
+                        .strip_prefix(&format!("{store}: "))
+                        .unwrap_or(&e)
+                        .to_string();
+                    format!("unreachable: {detail}")
+                }
             };
             out.line(&format!("            {store}  {s}"));
         }

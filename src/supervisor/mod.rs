@@ -20,6 +20,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::app::Ctx;
 use crate::engine::{Engine, EngineError, Lease, previous, timing};
 use crate::exit::{Error, ExitCode, Result};
+use crate::output::Output;
 use crate::sys;
 use signals::{FORWARDED, Signals};
 
@@ -132,15 +133,25 @@ pub async fn supervise(
     }
     let tally = ctx.engine.release(&lease.req.names, &lease.req.token).await;
     if !tally.errors.is_empty() && lost.is_none() {
-        out.warn(&format!(
-            "could not release on every store (the lease will expire there): {}",
-            tally
-                .errors
-                .iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
+        // A store that was down all along is no news; a release that left the lease held on
+        // a majority (until its ttl) is.
+        let report = if tally.yes >= ctx.engine.majority() {
+            Output::debug
+        } else {
+            Output::warn
+        };
+        report(
+            out,
+            &format!(
+                "could not release on every store (the lease will expire there): {}",
+                tally
+                    .errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        );
     }
     if let Some(why) = lost {
         return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));

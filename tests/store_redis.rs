@@ -1,0 +1,253 @@
+//! The Redis store's own promises: one release wakes one waiter, a waiter that gives up
+//! leaves nothing behind, the fence record survives its holders, and TLS works.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock::store::redis::RedisStore;
+use dlock::store::{Acquire, Attempt, Mode, Store, StoreUrl};
+use futures_util::future::join_all;
+
+use common::redis::RedisServer;
+use common::*;
+
+fn waiter(env: &Env, name: &str) -> Child {
+    let mut c = env.cmd();
+    c.args(["run", name, "-w", "60s", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c.spawn().unwrap()
+}
+
+fn waiters(redis: &RedisServer, name: &str) -> usize {
+    redis
+        .cmd(&format!("ZCARD dlock:{{default:{name}}}:w"))
+        .trim_start_matches(':')
+        .parse()
+        .unwrap()
+}
+
+fn request(name: &str) -> Acquire {
+    Acquire {
+        names: vec![name.to_string()],
+        token: dlock::names::new_token(),
+        mode: Mode::Exclusive,
+        ttl: Duration::from_secs(60),
+        meta: "{}".into(),
+        detached: false,
+    }
+}
+
+/// Five queued exclusive waiters, one release: exactly one waiter's listener fires.
+#[test]
+fn one_release_wakes_exactly_one_exclusive_waiter() {
+    let redis = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let StoreUrl::Redis(url) = dlock::store::url::parse(&redis.url()).unwrap() else {
+            unreachable!()
+        };
+        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
+            .await
+            .unwrap();
+        let holder = request("hot");
+        assert!(matches!(
+            store.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+        let mut listeners = Vec::new();
+        for _ in 0..5 {
+            let w = request("hot");
+            let l = store.listen(&w).await.unwrap();
+            assert!(matches!(
+                store.try_acquire(&w, true).await.unwrap(),
+                Attempt::Busy { .. }
+            ));
+            listeners.push(l);
+        }
+        assert!(store.release(&holder.names, &holder.token).await.unwrap());
+        let woken = join_all(listeners.iter_mut().map(|l| async move {
+            let start = Instant::now();
+            l.changed(Duration::from_millis(800)).await;
+            start.elapsed() < Duration::from_millis(600)
+        }))
+        .await;
+        assert_eq!(woken.iter().filter(|w| **w).count(), 1, "{woken:?}");
+        assert!(woken[0], "the longest-waiting waiter is the one woken");
+    });
+}
+
+/// Five `dlock run` waiters queue on one holder; after its release each gets its turn, each
+/// woken by the previous one's release (nobody waits out a poll interval: well under 500 ms
+/// each).
+#[test]
+fn waiters_hand_the_lock_on_one_by_one() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let token = stdout(&env.run(&["lock", "hot", "--ttl", "60s"]));
+    let mut ws: Vec<Child> = (0..5).map(|_| waiter(&env, "hot")).collect();
+    assert!(wait_for(Duration::from_secs(10), || waiters(&redis, "hot") == 5));
+    let start = Instant::now();
+    assert_code(&env.run(&["unlock", "hot", "--token", &token]), 0);
+    for w in &mut ws {
+        assert!(wait_child(w, Duration::from_secs(30)).unwrap().success());
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(2000),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_waiter_interrupted_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let token = stdout(&env.run(&["lock", "q"]));
+    let mut w = waiter(&env, "q");
+    assert!(wait_for(Duration::from_secs(10), || waiters(&redis, "q") == 1));
+    signal(w.id(), libc::SIGINT);
+    let status = wait_child(&mut w, Duration::from_secs(10)).unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(waiters(&redis, "q"), 0);
+    assert_code(&env.run(&["unlock", "q", "--token", &token]), 0);
+    // Only the fence record stays: it must outlive holders so fences keep rising.
+    assert_eq!(redis.keys(), vec!["dlock:{default:q}:f".to_string()]);
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let token = stdout(&env.run(&["lock", "q"]));
+    assert_code(&env.run(&["lock", "q", "-w", "300ms"]), 75);
+    assert_eq!(waiters(&redis, "q"), 0);
+    assert_code(&env.run(&["unlock", "q", "--token", &token]), 0);
+}
+
+#[test]
+fn list_and_inspect_see_every_holder() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    for n in ["app/a", "app/b", "other"] {
+        assert_code(&env.run(&["lock", n]), 0);
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["--json", "list", "app/"]))).unwrap();
+    let names: Vec<&str> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["app/a", "app/b"]);
+    let text = stdout(&env.run(&["list"]));
+    assert_eq!(text.lines().count(), 4, "{text}");
+}
+
+fn openssl(args: &[&str], dir: &std::path::Path) {
+    let bin = require("openssl", "openssl");
+    let s = Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(s.success(), "openssl {args:?}");
+}
+
+#[test]
+fn rediss_with_a_private_ca() {
+    let certs = temp_dir();
+    let d = certs.path();
+    openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=dlock test CA",
+        ],
+        d,
+    );
+    openssl(
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+        d,
+    );
+    std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+        d,
+    );
+    let port = free_port();
+    let p = |f: &str| d.join(f).display().to_string();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        &p("server.crt"),
+        "--tls-key-file",
+        &p("server.key"),
+        "--tls-ca-cert-file",
+        &p("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let url = format!("rediss://localhost:{port}?ca_file={}", p("ca.crt"));
+    let env = Env::with_stores(vec![url]);
+    let o = env.run(&["run", "tls", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "1");
+    // Without the CA the server's certificate is not trusted: no silent downgrade.
+    let untrusted = Env::with_stores(vec![format!("rediss://localhost:{port}")]);
+    assert_code(&untrusted.run(&["lock", "tls2"]), 69);
+    // TLS against the plain port fails cleanly too.
+    let plain = Env::with_stores(vec![format!(
+        "rediss://127.0.0.1:{}?ca_file={}",
+        redis.port,
+        p("ca.crt")
+    )]);
+    let o = plain.run(&["lock", "tls3"]);
+    assert_code(&o, 69);
+    assert_eq!(stderr(&o).lines().count(), 1);
+}
