@@ -2,8 +2,9 @@
 -- hash tag so a Redis Cluster keeps them on one master:
 --   h  holders:  token -> "deadline_ms|fence|mode|meta"   (no TTL: expired holders are
 --                dropped here, by the server's clock, so the grant knows one expired)
---   f  record:   fence (last fence handed out), previous (how the last lease ended)
---   w  waiters:  token scored by the time it first waited (wake order)
+--   f  record:   fence (last fence handed out), previous (how the last lease ended),
+--                wseq (the waiters' arrival counter)
+--   w  waiters:  token scored by its arrival number (wake order)
 --   wd waiters:  token -> "deadline_ms|mode" (a waiter that stops refreshing is dropped)
 redis.replicate_commands()
 local t = redis.call('TIME')

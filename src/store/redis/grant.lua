@@ -13,8 +13,11 @@ end
 if busy then
   if ARGV[5] == '1' then
     for i = 0, n - 1 do
-      local _, _, w, wd = keys(i)
-      redis.call('ZADD', w, 'NX', now, token)
+      local _, f, w, wd = keys(i)
+      -- A per-name sequence, not the time: waiters in one millisecond keep their order.
+      if not redis.call('ZSCORE', w, token) then
+        redis.call('ZADD', w, redis.call('HINCRBY', f, 'wseq', 1), token)
+      end
       redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode)
     end
   end
