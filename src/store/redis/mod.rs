@@ -1,0 +1,540 @@
+//! The Redis store: one server (`redis://`, `rediss://`) or a Redis Cluster
+//! (`redis+cluster://`, `rediss+cluster://`, seed nodes; the cluster client follows MOVED/ASK
+//! and finds the new master after a failover).
+//!
+//! Every grant, renew, release and fence raise is one Lua script, so each is atomic and takes
+//! one round trip (EVALSHA; the script is loaded once per server). Deadlines come from the
+//! server's `TIME` inside the script, never from the client's wall clock, and expired holders
+//! are dropped inside the script that finds them, which is how a grant learns that its
+//! predecessor expired. A release publishes to the longest-waiting live waiter's own channel,
+//! so one release wakes one waiter, not the herd.
+//!
+//! `?wait_replicas=N` closes the hole a failover opens: after a grant or a renewal, `WAIT N`
+//! must confirm that N replicas have the write, or the grant is withdrawn (and the renewal
+//! counts as failed). It cannot help against a replica promoted while lagging behind a write
+//! it never confirmed, nor against clock differences between the old and the new master.
+
+mod conn;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisError, Value};
+
+use conn::{Conn, Lua};
+
+use super::url::ServerUrl;
+use super::{
+    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreError,
+    StoreResult, Waiter,
+};
+use crate::engine::MAX_POLL;
+
+macro_rules! script {
+    ($file:literal) => {
+        concat!(include_str!("common.lua"), include_str!($file))
+    };
+}
+
+struct Scripts {
+    grant: Lua,
+    renew: Lua,
+    release: Lua,
+    force: Lua,
+    raise: Lua,
+    inspect: Lua,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            grant: Lua::new(script!("grant.lua")),
+            renew: Lua::new(script!("renew.lua")),
+            release: Lua::new(script!("release.lua")),
+            force: Lua::new(script!("force.lua")),
+            raise: Lua::new(script!("raise.lua")),
+            inspect: Lua::new(script!("inspect.lua")),
+        }
+    }
+}
+
+pub struct RedisStore {
+    /// Clients for waiters' subscriptions: the server, or each seed of a cluster (a publish
+    /// anywhere in a cluster reaches subscribers on every node).
+    subscribe_via: Vec<Client>,
+    conn: Conn,
+    desc: String,
+    namespace: String,
+    scripts: Scripts,
+    /// `?wait_replicas=N`: replicas that must confirm each grant and renewal.
+    wait_replicas: Option<u32>,
+    timeout: Duration,
+}
+
+/// Map a Redis client error to what it means for dlock (and its exit code).
+pub fn classify(e: RedisError) -> StoreError {
+    let code = e.code().unwrap_or("");
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
+    {
+        return StoreError::Refused(format!(
+            "refused: {e} (check the user and password: in the URL, ?password_file=, \
+             ?password_env= or DLOCK_PASSWORD)"
+        ));
+    }
+    if e.is_io_error() || e.is_timeout() || e.is_connection_refusal() || e.is_connection_dropped() {
+        return StoreError::Unavailable(format!("cannot reach the server: {e}"));
+    }
+    StoreError::Protocol(format!("unexpected answer: {e}"))
+}
+
+impl RedisStore {
+    pub async fn connect(
+        url: &ServerUrl,
+        namespace: &str,
+        timeout: Duration,
+    ) -> StoreResult<RedisStore> {
+        Self::open(url, namespace, timeout, false).await
+    }
+
+    pub async fn connect_cluster(
+        url: &ServerUrl,
+        namespace: &str,
+        timeout: Duration,
+    ) -> StoreResult<RedisStore> {
+        Self::open(url, namespace, timeout, true).await
+    }
+
+    async fn open(
+        url: &ServerUrl,
+        namespace: &str,
+        timeout: Duration,
+        cluster: bool,
+    ) -> StoreResult<RedisStore> {
+        let mut url = url.clone();
+        let wait_replicas = match url.take_param("wait_replicas") {
+            None => None,
+            Some(n) => Some(n.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "wait_replicas={n:?} is not a number of replicas (1 or more)"
+                ))
+            })?),
+        };
+        let tls = TlsFiles::take(&mut url)?;
+        url.reject_unknown_params().map_err(StoreError::Invalid)?;
+        let infos = url
+            .hosts
+            .iter()
+            .map(|h| connection_info(&url, h, cluster))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let subscribe_via = infos
+            .iter()
+            .map(|info| tls.client(info.clone()))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let conn = if cluster {
+            let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .retries(2);
+            if let Some(u) = &url.user {
+                b = b.username(u);
+            }
+            if let Some(p) = &url.password {
+                b = b.password(p);
+            }
+            if url.tls {
+                b = b.tls(redis::TlsMode::Secure).certs(tls.certificates()?);
+            }
+            let client = b.build().map_err(classify)?;
+            Conn::Cluster(client.get_async_connection().await.map_err(classify)?)
+        } else {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(None);
+            Conn::Single(
+                subscribe_via[0]
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(classify)?,
+            )
+        };
+        Ok(RedisStore {
+            subscribe_via,
+            conn,
+            desc: url.to_string(),
+            namespace: namespace.to_string(),
+            scripts: Scripts::new(),
+            wait_replicas,
+            timeout,
+        })
+    }
+
+    /// The four keys of a name, sharing one hash tag (see common.lua).
+    fn keys(&self, name: &str) -> [String; 4] {
+        let base = format!("dlock:{{{}:{}}}", self.namespace, name);
+        [
+            format!("{base}:h"),
+            format!("{base}:f"),
+            format!("{base}:w"),
+            format!("{base}:wd"),
+        ]
+    }
+
+    fn keys_of(&self, names: &[String]) -> Vec<String> {
+        names.iter().flat_map(|n| self.keys(n)).collect()
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        lua: &Lua,
+        names: &[String],
+        args: &[String],
+    ) -> StoreResult<T> {
+        let (v, _) = self
+            .conn
+            .eval(lua, &self.keys_of(names), args, None)
+            .await
+            .map_err(classify)?;
+        redis::from_redis_value(v)
+            .map_err(|e| StoreError::Protocol(format!("unexpected answer: {e}")))
+    }
+
+    /// Like `run`, but with `?wait_replicas` the writes must reach that many replicas.
+    /// Returns the reply and whether the replicas confirmed (always true without the option).
+    async fn run_replicated(
+        &self,
+        lua: &Lua,
+        names: &[String],
+        args: &[String],
+    ) -> StoreResult<(Value, bool)> {
+        // WAIT may use most of the per-store time; the engine's own timeout still bounds it.
+        let wait = self.wait_replicas.map(|n| (n, self.timeout / 2));
+        let (v, acked) = self
+            .conn
+            .eval(lua, &self.keys_of(names), args, wait)
+            .await
+            .map_err(classify)?;
+        let ok = match (self.wait_replicas, acked) {
+            (Some(n), Some(got)) => got >= n as i64,
+            _ => true,
+        };
+        Ok((v, ok))
+    }
+
+    fn state_from(&self, name: &str, snapshot: Vec<Value>) -> StoreResult<LockState> {
+        let bad = || StoreError::Protocol("malformed inspect answer".into());
+        let mut it = snapshot.into_iter();
+        let now: u64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        let holders: Vec<(String, String)> =
+            redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        let record: Vec<(String, String)> =
+            redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        let order: Vec<String> =
+            redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        let details: Vec<(String, String)> =
+            redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        let field = |k: &str| record.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+        let mut out = LockState {
+            name: name.to_string(),
+            fence: field("fence").and_then(|v| v.parse().ok()).unwrap_or(0),
+            previous: Previous::parse(field("previous").unwrap_or("")),
+            ..LockState::default()
+        };
+        for (token, v) in holders {
+            let mut parts = v.splitn(4, '|');
+            let deadline: u64 = parts.next().and_then(|d| d.parse().ok()).unwrap_or(0);
+            if deadline <= now {
+                continue;
+            }
+            out.holders.push(Holder {
+                owner: crate::names::owner_id(&token),
+                fence: parts.next().and_then(|d| d.parse().ok()).unwrap_or(0),
+                mode: parts
+                    .next()
+                    .and_then(Mode::from_code)
+                    .unwrap_or(Mode::Exclusive),
+                ttl_left_ms: deadline - now,
+                meta: crate::meta::parse(parts.next().unwrap_or("")),
+            });
+        }
+        out.holders.sort_by_key(|h| h.fence);
+        for token in order {
+            let Some((_, d)) = details.iter().find(|(t, _)| *t == token) else {
+                continue;
+            };
+            let (deadline, mode) = d.split_once('|').unwrap_or((d, "x"));
+            if deadline.parse::<u64>().unwrap_or(0) > now {
+                out.waiters.push(Waiter {
+                    owner: crate::names::owner_id(&token),
+                    mode: Mode::from_code(mode).unwrap_or(Mode::Exclusive),
+                    meta: serde_json::Value::Null,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// How to reach one host of the URL.
+fn connection_info(
+    url: &ServerUrl,
+    host: &super::url::HostPort,
+    cluster: bool,
+) -> StoreResult<redis::ConnectionInfo> {
+    let db = match url.path.trim_start_matches('/') {
+        "" => 0,
+        _ if cluster => {
+            return Err(StoreError::Invalid(
+                "a Redis Cluster has only database 0; drop the /db".into(),
+            ));
+        }
+        d => d.parse::<i64>().map_err(|_| {
+            StoreError::Invalid(format!("the database {d:?} is not a number; write e.g. /0"))
+        })?,
+    };
+    let addr = if url.tls {
+        ConnectionAddr::TcpTls {
+            host: host.host.clone(),
+            port: host.port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.host.clone(), host.port)
+    };
+    let mut settings = redis::RedisConnectionInfo::default()
+        .set_db(db)
+        .set_skip_set_lib_name();
+    if let Some(u) = &url.user {
+        settings = settings.set_username(u);
+    }
+    if let Some(p) = &url.password {
+        settings = settings.set_password(p);
+    }
+    Ok(addr
+        .into_connection_info()
+        .map_err(classify)?
+        .set_redis_settings(settings))
+}
+
+/// `?ca_file=`, `?cert_file=`, `?key_file=` of a `rediss://` URL.
+struct TlsFiles {
+    tls: bool,
+    ca: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+}
+
+impl TlsFiles {
+    fn take(url: &mut ServerUrl) -> StoreResult<TlsFiles> {
+        let files = TlsFiles {
+            tls: url.tls,
+            ca: url.take_param("ca_file"),
+            cert: url.take_param("cert_file"),
+            key: url.take_param("key_file"),
+        };
+        if !url.tls && (files.ca.is_some() || files.cert.is_some() || files.key.is_some()) {
+            return Err(StoreError::Invalid(
+                "ca_file, cert_file and key_file need a rediss:// URL".into(),
+            ));
+        }
+        if files.cert.is_some() != files.key.is_some() {
+            return Err(StoreError::Invalid(
+                "cert_file and key_file go together".into(),
+            ));
+        }
+        Ok(files)
+    }
+
+    fn certificates(&self) -> StoreResult<redis::TlsCertificates> {
+        crate::tls::install_provider();
+        let read = |p: &str| {
+            std::fs::read(p).map_err(|e| StoreError::Invalid(format!("cannot read {p}: {e}")))
+        };
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read(c)?,
+                client_key: read(k)?,
+            }),
+            _ => None,
+        };
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert: self.ca.as_deref().map(read).transpose()?,
+        })
+    }
+
+    fn client(&self, info: redis::ConnectionInfo) -> StoreResult<Client> {
+        if self.tls {
+            Client::build_with_tls(info, self.certificates()?).map_err(classify)
+        } else {
+            Client::open(info).map_err(classify)
+        }
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn describe(&self) -> &str {
+        &self.desc
+    }
+
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        let args = [
+            req.token.clone(),
+            req.mode.code(),
+            req.ttl.as_millis().to_string(),
+            req.meta.clone(),
+            if queue { "1" } else { "0" }.to_string(),
+            (MAX_POLL * 4).as_millis().to_string(),
+        ];
+        let (reply, replicated) = self
+            .run_replicated(&self.scripts.grant, &req.names, &args)
+            .await?;
+        let reply: Vec<Value> = redis::from_redis_value(reply)
+            .map_err(|e| StoreError::Protocol(format!("unexpected answer: {e}")))?;
+        let bad = || StoreError::Protocol("malformed grant answer".into());
+        let mut it = reply.into_iter();
+        let ok: i64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        if ok == 0 {
+            let retry: i64 =
+                redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+            return Ok(Attempt::Busy {
+                retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
+            });
+        }
+        let mut granted = Vec::with_capacity(req.names.len());
+        while let (Some(f), Some(p)) = (it.next(), it.next()) {
+            let fence: u64 = redis::from_redis_value(f).map_err(|_| bad())?;
+            let previous: String = redis::from_redis_value(p).map_err(|_| bad())?;
+            granted.push(Granted {
+                fence,
+                previous: Previous::parse(&previous),
+            });
+        }
+        if granted.len() != req.names.len() {
+            return Err(bad());
+        }
+        if !replicated {
+            // A failover now could lose this grant: withdraw it rather than hand it out.
+            let _ = self.release(&req.names, &req.token).await;
+            return Err(StoreError::Unavailable(format!(
+                "the grant did not reach {} replica(s) in time (wait_replicas)",
+                self.wait_replicas.unwrap_or(0)
+            )));
+        }
+        Ok(Attempt::Granted(granted))
+    }
+
+    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        let mut last = None;
+        let mut pubsub = None;
+        for client in &self.subscribe_via {
+            match client.get_async_pubsub().await {
+                Ok(p) => {
+                    pubsub = Some(p);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(mut pubsub) = pubsub else {
+            return Err(last
+                .map(classify)
+                .unwrap_or_else(|| StoreError::Unavailable("no node to subscribe on".into())));
+        };
+        pubsub
+            .subscribe(format!("dlock:wake:{}", req.token))
+            .await
+            .map_err(classify)?;
+        Ok(Box::new(Wakeup { pubsub }))
+    }
+
+    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
+        let args = [token.to_string(), ttl.as_millis().to_string()];
+        let (reply, replicated) = self
+            .run_replicated(&self.scripts.renew, names, &args)
+            .await?;
+        let renewed = redis::from_redis_value::<i64>(reply)
+            .map_err(|e| StoreError::Protocol(e.to_string()))?
+            == 1;
+        if renewed && !replicated {
+            // Not "lost": the lease is still ours, but the new deadline might not survive a
+            // failover, so the client must not count on it.
+            return Err(StoreError::Unavailable(
+                "the renewal did not reach its replicas in time (wait_replicas)".into(),
+            ));
+        }
+        Ok(renewed)
+    }
+
+    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+        Ok(self
+            .run::<i64>(&self.scripts.release, names, &[token.to_string()])
+            .await?
+            == 1)
+    }
+
+    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        Ok(self.run::<i64>(&self.scripts.force, names, &[]).await? == 1)
+    }
+
+    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        let args: Vec<String> = fences.iter().map(u64::to_string).collect();
+        self.run::<i64>(&self.scripts.raise, names, &args)
+            .await
+            .map(|_| ())
+    }
+
+    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
+        let snapshot: Vec<Value> = self
+            .run(&self.scripts.inspect, &[name.to_string()], &[])
+            .await?;
+        self.state_from(name, snapshot)
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
+        let pattern = format!("dlock:{{{}:{}*}}:h", self.namespace, prefix);
+        let head = format!("dlock:{{{}:", self.namespace);
+        let keys = self.conn.scan(&pattern).await.map_err(classify)?;
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|k| Some(k.strip_prefix(&head)?.strip_suffix("}:h")?.to_string()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut out = Vec::new();
+        for name in names {
+            let st = self.inspect(&name).await?;
+            if !st.holders.is_empty() {
+                out.push(st);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn warnings(&self) -> Vec<String> {
+        match self.conn.appendonly().await {
+            Ok(v) if v.iter().any(|a| a == "no") => vec![
+                "runs without appendonly: a restart forgets its holders and fence counters; keep \
+                 a restarted server out for longer than the longest ttl, and for fences that never \
+                 go backwards set appendonly yes with appendfsync always"
+                    .to_string(),
+            ],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A waiter's own channel: a release publishes there when it is this waiter's turn.
+struct Wakeup {
+    pubsub: redis::aio::PubSub,
+}
+
+#[async_trait]
+impl Listener for Wakeup {
+    async fn changed(&mut self, max: Duration) {
+        let _ = tokio::time::timeout(max, self.pubsub.on_message().next()).await;
+    }
+}
