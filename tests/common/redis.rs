@@ -34,7 +34,14 @@ impl RedisServer {
     fn boot(&mut self) {
         let bin = require("redis-server", "redis-server");
         let child = Command::new(bin)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
             .args(["--appendonly", "no", "--dir"])
             .arg(self.dir.path())
             .args(&self.extra)
