@@ -79,7 +79,12 @@ impl Endpoints {
     /// Connect to the cluster a URL names (its parameters are taken out of it).
     pub async fn connect(url: &mut ServerUrl, timeout: Duration) -> StoreResult<Endpoints> {
         let tls = tls_options(url)?;
-        url.reject_unknown_params().map_err(StoreError::Protocol)?;
+        if let Some((k, _)) = url.params.first() {
+            return Err(StoreError::Protocol(format!(
+                "unknown parameter {k:?}; an etcd URL takes ca_file, cert_file, key_file, \
+                 password_file and password_env"
+            )));
+        }
         if !url.path.is_empty() && url.path != "/" {
             return Err(StoreError::Protocol(format!(
                 "{url}: an etcd URL has no path; use --namespace to keep locks apart"
