@@ -173,6 +173,21 @@ fn waiters_get_the_lock_in_the_order_they_queued() {
 }
 
 #[test]
+fn a_reader_does_not_overtake_a_waiting_writer() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let reader = env.run(&["lock", "rw", "--shared"]);
+    assert_code(&reader, 0);
+    let writer = spawn_run(&env, "rw", &[], "true");
+    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "rw") == 1));
+    // The holder would admit another reader, but the writer asked first.
+    assert_code(&env.run(&["lock", "rw", "--shared", "-n"]), 75);
+    assert_code(&env.run(&["unlock", "rw", "--token", &stdout(&reader)]), 0);
+    assert_code(&finish(writer, Duration::from_secs(10)), 0);
+    assert_code(&env.run(&["lock", "rw", "--shared", "-n"]), 0);
+}
+
+#[test]
 fn an_interrupted_waiter_leaves_no_key_behind() {
     let etcd = EtcdServer::start();
     let env = Env::with_stores(vec![etcd.url()]);
