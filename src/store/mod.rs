@@ -11,6 +11,7 @@
 //! reaches the head; `release` by token removes a queued entry as well as a held one, so a
 //! waiter that gives up leaves nothing behind whatever the store.
 
+pub mod etcd;
 pub mod file;
 pub mod redis;
 pub mod url;
@@ -259,6 +260,12 @@ pub async fn open(
         StoreUrl::File { dir } => Ok(Arc::new(file::FileStore::open(dir, namespace)?)),
         StoreUrl::Redis(r) => Ok(Arc::new(
             redis::RedisStore::connect(r, namespace, timeout).await?,
+        )),
+        StoreUrl::RedisCluster(r) => Ok(Arc::new(
+            redis::RedisStore::connect_cluster(r, namespace, timeout).await?,
+        )),
+        StoreUrl::Etcd(e) => Ok(Arc::new(
+            etcd::EtcdStore::connect(e, namespace, timeout).await?,
         )),
         other => Err(StoreError::Invalid(format!(
             "{} stores are not supported by this build of dlock yet",

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod redis;
 
 use std::io::Read;

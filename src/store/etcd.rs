@@ -1,0 +1,338 @@
+//! The etcd store: one etcd cluster (`etcd://h:2379,h:2379`, `etcds://` for TLS).
+//!
+//! A lease is an etcd lease whose ttl is the lock's, rounded up to whole seconds; a grant is
+//! one transaction that puts the holder's key under it only if nothing it read has changed
+//! (see `layout` for the keys and the rules, `grant` for the transactions). Expiry is etcd's
+//! own: a holder that stops renewing loses its key with its lease, and the next grant learns
+//! from the record that it expired. Waiters queue by create revision and each watches only
+//! the key that blocks it (`watch`), so a release wakes one exclusive waiter, not the herd.
+
+mod conn;
+mod grant;
+mod layout;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use tokio::time::Instant;
+
+use super::url::ServerUrl;
+use super::{
+    Acquire, Attempt, Holder, Listener, LockState, Store, StoreError, StoreResult, Waiter,
+};
+use conn::Endpoints;
+use layout::{Blocker, Layout, Queue, Seen};
+
+/// One name's queue and record at one revision, per name in request order.
+struct Snapshot {
+    rev: i64,
+    queues: Vec<Queue>,
+}
+
+/// A waiter's queue entries live on a short lease of their own, kept alive by its attempts
+/// (at least every `MAX_POLL`), so a waiter killed with SIGKILL blocks the queue for seconds,
+/// not for a whole ttl.
+const WAIT_TTL: i64 = 5;
+const WAIT_RENEW: Duration = Duration::from_secs(1);
+
+struct Waiting {
+    lease: i64,
+    renewed: Instant,
+}
+
+/// What a queued waiter of this process watches, and from which revision on.
+#[derive(Clone, Debug)]
+struct Block {
+    what: Blocker,
+    rev: i64,
+}
+
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Endpoints,
+    layout: Layout,
+    desc: String,
+    /// The server's smallest lease ttl, once a grant revealed it (etcd raises shorter ones).
+    min_ttl: AtomicI64,
+    waiting: Mutex<HashMap<String, Waiting>>,
+    blocks: Mutex<HashMap<String, Block>>,
+}
+
+impl EtcdStore {
+    pub async fn connect(
+        url: &ServerUrl,
+        namespace: &str,
+        timeout: Duration,
+    ) -> StoreResult<EtcdStore> {
+        let mut url = url.clone();
+        let conn = Endpoints::connect(&mut url, timeout).await?;
+        Ok(EtcdStore {
+            inner: Arc::new(Inner {
+                conn,
+                layout: Layout::new(namespace),
+                desc: url.to_string(),
+                min_ttl: AtomicI64::new(0),
+                waiting: Mutex::new(HashMap::new()),
+                blocks: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    async fn txn(&self, txn: Txn) -> StoreResult<TxnResponse> {
+        let kv = self.conn.client.kv_client();
+        self.conn
+            .call(|| {
+                let (mut kv, txn) = (kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await
+    }
+
+    /// Every queue and record of `names`, in one read at one revision.
+    async fn read(&self, names: &[String]) -> StoreResult<Snapshot> {
+        let mut ops = Vec::with_capacity(names.len() * 2);
+        for name in names {
+            ops.push(TxnOp::get(
+                self.layout.queue(name),
+                Some(GetOptions::new().with_prefix()),
+            ));
+            ops.push(TxnOp::get(self.layout.record(name), None));
+        }
+        let resp = self.txn(Txn::new().and_then(ops)).await?;
+        let rev = resp.header().map_or(0, |h| h.revision());
+        let gets: Vec<_> = resp
+            .op_responses()
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        if gets.len() != names.len() * 2 {
+            return Err(StoreError::Protocol("etcd: malformed read answer".into()));
+        }
+        let queues = gets
+            .chunks(2)
+            .map(|c| Queue::new(c[0].kvs(), c[1].kvs().first()))
+            .collect();
+        Ok(Snapshot { rev, queues })
+    }
+
+    /// `token`'s own entry for each of `names`, if it has one.
+    async fn entries(&self, names: &[String], token: &str) -> StoreResult<Vec<Option<Seen>>> {
+        let ops: Vec<TxnOp> = names
+            .iter()
+            .map(|n| TxnOp::get(self.layout.entry(n, token), None))
+            .collect();
+        let resp = self.txn(Txn::new().and_then(ops)).await?;
+        let out: Vec<Option<Seen>> = resp
+            .op_responses()
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(g) => Some(g.kvs().first().and_then(Seen::from_kv)),
+                _ => None,
+            })
+            .collect();
+        if out.len() != names.len() {
+            return Err(StoreError::Protocol("etcd: malformed read answer".into()));
+        }
+        Ok(out)
+    }
+
+    /// Grant an etcd lease of at least `secs`; returns its id and the ttl etcd gave it.
+    async fn grant_lease(&self, secs: i64) -> StoreResult<(i64, i64)> {
+        let lease = self.conn.client.lease_client();
+        let resp = self
+            .conn
+            .call(|| {
+                let mut lease = lease.clone();
+                async move { lease.grant(secs, None).await }
+            })
+            .await?;
+        if resp.ttl() > secs {
+            self.min_ttl.fetch_max(resp.ttl(), Ordering::Relaxed);
+        }
+        Ok((resp.id(), resp.ttl()))
+    }
+
+    /// One keep-alive. `Ok(false)`: the lease is gone.
+    async fn keep_alive(&self, id: i64) -> StoreResult<bool> {
+        let lease = self.conn.client.lease_client();
+        self.conn
+            .call(|| {
+                let mut lease = lease.clone();
+                async move {
+                    match lease.keep_alive(id).await {
+                        // Dropping the keeper and its stream ends the gRPC stream: one renewal.
+                        Ok(_) => Ok(true),
+                        Err(etcd_client::Error::LeaseKeepAliveError(m))
+                            if m.contains("not found") =>
+                        {
+                            Ok(false)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn revoke(&self, id: i64) {
+        let lease = self.conn.client.lease_client();
+        let _ = self
+            .conn
+            .call(|| {
+                let mut lease = lease.clone();
+                async move { lease.revoke(id).await }
+            })
+            .await;
+    }
+
+    /// Seconds left on a lease (negative: gone).
+    async fn ttl_left(&self, id: i64) -> StoreResult<i64> {
+        let lease = self.conn.client.lease_client();
+        let resp = self
+            .conn
+            .call(|| {
+                let mut lease = lease.clone();
+                async move { lease.time_to_live(id, None).await }
+            })
+            .await?;
+        Ok(resp.ttl())
+    }
+
+    /// Revoke a lease nobody needs any more, without waiting for it: if this process ends
+    /// first, the lease (with no keys left on it) simply runs out.
+    fn revoke_later(&self, lease: i64) {
+        let mut client = self.conn.client.lease_client();
+        tokio::spawn(async move {
+            let _ = client.revoke(lease).await;
+        });
+    }
+
+    /// `token` waits no more on this store: forget its watch target and drop its waiting lease.
+    fn done_waiting(&self, token: &str) {
+        self.blocks.lock().unwrap().remove(token);
+        let waiting = self.waiting.lock().unwrap().remove(token);
+        if let Some(w) = waiting {
+            self.revoke_later(w.lease);
+        }
+    }
+
+    /// The state of one name as `inspect` shows it, with each holder's lease ttl from etcd.
+    async fn state(&self, name: &str, q: &Queue) -> StoreResult<LockState> {
+        let holders: Vec<&Seen> = q.entries.iter().filter(|e| e.entry.h).collect();
+        let ttls =
+            futures_util::future::join_all(holders.iter().map(|e| self.ttl_left(e.lease))).await;
+        let mut out = LockState {
+            name: name.to_string(),
+            fence: q.last_fence(),
+            previous: q.previous(),
+            ..LockState::default()
+        };
+        for (e, ttl) in holders.into_iter().zip(ttls) {
+            let left = ttl?;
+            if left < 0 {
+                continue;
+            }
+            out.holders.push(Holder {
+                owner: crate::names::owner_id(&e.token),
+                mode: e.mode(),
+                fence: e.fence(),
+                ttl_left_ms: left as u64 * 1000,
+                meta: crate::meta::parse(&e.entry.meta),
+            });
+        }
+        out.holders.sort_by_key(|h| h.fence);
+        out.waiters = q
+            .entries
+            .iter()
+            .filter(|e| !e.entry.h)
+            .map(|e| Waiter {
+                owner: crate::names::owner_id(&e.token),
+                mode: e.mode(),
+                meta: crate::meta::parse(&e.entry.meta),
+            })
+            .collect();
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    fn describe(&self) -> &str {
+        &self.inner.desc
+    }
+
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        self.inner.attempt(req, queue).await
+    }
+
+    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        Ok(Box::new(watch::Predecessor::new(
+            self.inner.clone(),
+            &req.token,
+        )))
+    }
+
+    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
+        self.inner.renew(names, token, ttl).await
+    }
+
+    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+        self.inner.release(names, token).await
+    }
+
+    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        self.inner.force_release(names).await
+    }
+
+    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        self.inner.raise_fence(names, fences).await
+    }
+
+    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
+        let names = [name.to_string()];
+        let snap = self.inner.read(&names).await?;
+        self.inner.state(name, &snap.queues[0]).await
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
+        let inner = &self.inner;
+        let kv = inner.conn.client.kv_client();
+        let from = inner.layout.names_from(prefix);
+        let resp = inner
+            .conn
+            .call(|| {
+                let (mut kv, from) = (kv.clone(), from.clone());
+                async move { kv.get(from, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        let mut names: Vec<String> = resp
+            .kvs()
+            .iter()
+            .filter(|kv| Seen::from_kv(kv).is_some_and(|s| s.entry.h))
+            .filter_map(|kv| inner.layout.name_of_entry(kv.key()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut out = Vec::new();
+        for name in names {
+            let st = self.inspect(&name).await?;
+            if !st.holders.is_empty() {
+                out.push(st);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,401 @@
+//! The writes: grant, enqueue, renew, release, force and raise, each one etcd transaction
+//! guarded by the revisions it read.
+//!
+//! Every write follows one pattern: read the queues and records (one read transaction at
+//! revision H), decide, then write in a transaction that compares exactly what the decision
+//! rests on. A grant rests on two things: no entry was created ahead of ours since H (for a
+//! new entry: nothing in the queue range was created after H; an existing entry can only lose
+//! entries ahead of it, which never turns an admission into a refusal), and the record is
+//! unchanged (so `previous` and the fence offset are the ones read). When a compare fails,
+//! someone else wrote in between: read again.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use tokio::time::Instant;
+
+use super::layout::{Entry, Record, encode, lease_secs};
+use super::{Block, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
+use crate::store::{Acquire, Attempt, Granted, StoreError, StoreResult};
+
+/// Rounds of read-decide-write before answering busy under heavy contention; the engine then
+/// comes back after a short pause.
+const ROUNDS: usize = 8;
+
+impl Inner {
+    pub(super) async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        // The holder's lease is granted inside the attempt that uses it, never reused from an
+        // earlier one: its ttl must run from no earlier than the engine's send time.
+        let mut lease: Option<(i64, i64)> = None;
+        let mut outcome = Attempt::Busy {
+            retry_after: Some(Duration::from_millis(5)),
+        };
+        for _ in 0..ROUNDS {
+            let snap = self.read(&req.names).await?;
+            if snap.queues.iter().all(|q| q.admits(&req.token, req.mode)) {
+                let (id, ttl) = match lease {
+                    Some(l) => l,
+                    None => *lease.insert(self.grant_lease(lease_secs(req.ttl)).await?),
+                };
+                if let Some(granted) = self.grant(req, &snap, id, ttl).await? {
+                    self.done_waiting(&req.token);
+                    return Ok(Attempt::Granted(granted));
+                }
+                continue;
+            }
+            let queued = snap.queues.iter().all(|q| q.find(&req.token).is_some());
+            if !queue {
+                outcome = Attempt::Busy { retry_after: None };
+                break;
+            }
+            if !queued {
+                self.enqueue(req, &snap).await?;
+                continue;
+            }
+            self.keep_waiting(req, &snap).await?;
+            outcome = Attempt::Busy { retry_after: None };
+            break;
+        }
+        if let Some((id, _)) = lease {
+            self.revoke_later(id);
+        }
+        Ok(outcome)
+    }
+
+    /// The grant transaction. `None`: something changed since the read.
+    async fn grant(
+        &self,
+        req: &Acquire,
+        snap: &Snapshot,
+        lease: i64,
+        ttl: i64,
+    ) -> StoreResult<Option<Vec<Granted>>> {
+        let mut cmps = Vec::new();
+        let mut ops = Vec::new();
+        let mut told = Vec::new();
+        for (name, q) in req.names.iter().zip(&snap.queues) {
+            let key = self.layout.entry(name, &req.token);
+            cmps.push(match q.find(&req.token) {
+                Some(e) => Compare::create_revision(key.clone(), CompareOp::Equal, e.create),
+                None => {
+                    Compare::create_revision(self.layout.queue(name), CompareOp::Less, snap.rev + 1)
+                        .with_prefix()
+                }
+            });
+            cmps.push(self.record_unchanged(name, q));
+            let previous = q.previous();
+            let offset = q.offset();
+            let entry = Entry {
+                m: req.mode.code(),
+                h: true,
+                o: offset,
+                f: None,
+                t: ttl,
+                n: req.names.clone(),
+                meta: req.meta.clone(),
+            };
+            ops.push(TxnOp::put(
+                key,
+                encode(&entry),
+                Some(PutOptions::new().with_lease(lease)),
+            ));
+            let record = Record {
+                t: req.token.clone(),
+                p: previous.as_str().into(),
+                r: false,
+                o: offset,
+                f: None,
+            };
+            ops.push(TxnOp::put(self.layout.record(name), encode(&record), None));
+            told.push((offset, previous));
+        }
+        let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        let rev = resp.header().map_or(0, |h| h.revision()).max(0) as u64;
+        Ok(Some(
+            told.into_iter()
+                .map(|(offset, previous)| Granted {
+                    fence: rev.saturating_add(offset),
+                    previous,
+                })
+                .collect(),
+        ))
+    }
+
+    fn record_unchanged(&self, name: &str, q: &super::Queue) -> Compare {
+        match &q.record {
+            Some((_, modrev)) => {
+                Compare::mod_revision(self.layout.record(name), CompareOp::Equal, *modrev)
+            }
+            None => Compare::create_revision(self.layout.record(name), CompareOp::Equal, 0),
+        }
+    }
+
+    /// Put `req`'s waiting entries at the back of the queues, all in one transaction, so they
+    /// share one create revision and every name orders the waiters alike.
+    async fn enqueue(&self, req: &Acquire, snap: &Snapshot) -> StoreResult<()> {
+        let lease = self.waiting_lease(&req.token).await?;
+        let mut cmps = Vec::new();
+        let mut ops = Vec::new();
+        for (name, q) in req.names.iter().zip(&snap.queues) {
+            if q.find(&req.token).is_some() {
+                continue;
+            }
+            let key = self.layout.entry(name, &req.token);
+            cmps.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+            let entry = Entry {
+                m: req.mode.code(),
+                t: WAIT_TTL,
+                n: req.names.clone(),
+                meta: req.meta.clone(),
+                ..Entry::default()
+            };
+            ops.push(TxnOp::put(
+                key,
+                encode(&entry),
+                Some(PutOptions::new().with_lease(lease)),
+            ));
+        }
+        match self.txn(Txn::new().when(cmps).and_then(ops)).await {
+            Ok(_) => Ok(()),
+            // The waiting lease ran out (this process stalled): take a new one next round.
+            Err(e) if e.to_string().contains("lease not found") => {
+                self.waiting.lock().unwrap().remove(&req.token);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The lease `token` queues under, granted once and renewed by its attempts.
+    async fn waiting_lease(&self, token: &str) -> StoreResult<i64> {
+        let cached = self.waiting.lock().unwrap().get(token).map(|w| w.lease);
+        if let Some(id) = cached {
+            return Ok(id);
+        }
+        let (id, _) = self.grant_lease(WAIT_TTL).await?;
+        self.waiting.lock().unwrap().insert(
+            token.to_string(),
+            Waiting {
+                lease: id,
+                renewed: Instant::now(),
+            },
+        );
+        Ok(id)
+    }
+
+    /// Still queued: renew the waiting lease when due, and tell the listener what to watch.
+    async fn keep_waiting(&self, req: &Acquire, snap: &Snapshot) -> StoreResult<()> {
+        for (name, q) in req.names.iter().zip(&snap.queues) {
+            if let Some(what) = q.blocker(&req.token, req.mode, &self.layout.queue(name)) {
+                self.blocks.lock().unwrap().insert(
+                    req.token.clone(),
+                    Block {
+                        what,
+                        rev: snap.rev,
+                    },
+                );
+                break;
+            }
+        }
+        let Some(lease) = snap.queues[0].find(&req.token).map(|e| e.lease) else {
+            return Ok(());
+        };
+        let due = {
+            let waiting = self.waiting.lock().unwrap();
+            waiting
+                .get(&req.token)
+                .is_none_or(|w| w.lease != lease || w.renewed.elapsed() >= WAIT_RENEW)
+        };
+        if due {
+            // A lost waiting lease takes the entries with it; the next round queues again.
+            self.keep_alive(lease).await?;
+            self.waiting.lock().unwrap().insert(
+                req.token.clone(),
+                Waiting {
+                    lease,
+                    renewed: Instant::now(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn renew(
+        &self,
+        names: &[String],
+        token: &str,
+        ttl: Duration,
+    ) -> StoreResult<bool> {
+        let seen = self.entries(names, token).await?;
+        let Some(seen) = seen
+            .into_iter()
+            .map(|s| s.filter(|s| s.entry.h))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(false);
+        };
+        let leases: HashSet<i64> = seen.iter().map(|s| s.lease).collect();
+        for &lease in &leases {
+            if !self.keep_alive(lease).await? {
+                return Ok(false);
+            }
+        }
+        let want = lease_secs(ttl).max(self.min_ttl.load(std::sync::atomic::Ordering::Relaxed));
+        if seen.iter().all(|s| s.entry.t == want) {
+            return Ok(true);
+        }
+        // Another ttl: move the keys to a lease of that ttl, if they are still ours.
+        let (id, granted) = self.grant_lease(want).await?;
+        let mut cmps = Vec::new();
+        let mut ops = Vec::new();
+        for s in &seen {
+            cmps.push(Compare::create_revision(
+                s.key.clone(),
+                CompareOp::Equal,
+                s.create,
+            ));
+            let entry = Entry {
+                f: Some(s.fence()),
+                t: granted,
+                ..s.entry.clone()
+            };
+            ops.push(TxnOp::put(
+                s.key.clone(),
+                encode(&entry),
+                Some(PutOptions::new().with_lease(id)),
+            ));
+        }
+        let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+        if !resp.succeeded() {
+            self.revoke_later(id);
+            return Ok(false);
+        }
+        // The old lease may be dropped only if no other name of its grant still hangs on it.
+        for lease in leases {
+            let on_it = seen.iter().filter(|s| s.lease == lease);
+            if on_it.flat_map(|s| &s.entry.n).all(|n| names.contains(n)) {
+                self.revoke(lease).await;
+            }
+        }
+        Ok(true)
+    }
+
+    pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+        self.done_waiting(token);
+        for _ in 0..ROUNDS {
+            let snap = self.read(names).await?;
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            let mut held = false;
+            let mut leases = Vec::new();
+            for (name, q) in names.iter().zip(&snap.queues) {
+                let Some(e) = q.find(token) else { continue };
+                cmps.push(Compare::create_revision(
+                    e.key.clone(),
+                    CompareOp::Equal,
+                    e.create,
+                ));
+                ops.push(TxnOp::delete(e.key.clone(), None));
+                if e.entry.n.iter().all(|n| names.contains(n)) && !leases.contains(&e.lease) {
+                    leases.push(e.lease);
+                }
+                if !e.entry.h {
+                    continue;
+                }
+                held = true;
+                // The last lease granted ends cleanly: its successor will be told so.
+                if let Some((rec, _)) = q.record.as_ref().filter(|(r, _)| r.t == token) {
+                    cmps.push(self.record_unchanged(name, q));
+                    let rec = Record {
+                        r: true,
+                        f: Some(e.fence()),
+                        ..rec.clone()
+                    };
+                    ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
+                }
+            }
+            if ops.is_empty() {
+                return Ok(false);
+            }
+            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if resp.succeeded() {
+                for lease in leases {
+                    self.revoke(lease).await;
+                }
+                return Ok(held);
+            }
+        }
+        Err(contended("release"))
+    }
+
+    pub(super) async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        for _ in 0..ROUNDS {
+            let snap = self.read(names).await?;
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            for e in snap.queues.iter().flat_map(|q| &q.entries) {
+                if e.entry.h {
+                    cmps.push(Compare::create_revision(
+                        e.key.clone(),
+                        CompareOp::Equal,
+                        e.create,
+                    ));
+                    ops.push(TxnOp::delete(e.key.clone(), None));
+                }
+            }
+            if ops.is_empty() {
+                return Ok(false);
+            }
+            // The record is left as it is: the next grant sees that its predecessor did not
+            // release, and reports it expired.
+            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if resp.succeeded() {
+                return Ok(true);
+            }
+        }
+        Err(contended("force release"))
+    }
+
+    /// Make every later fence of `names` exceed `fences`: a later grant's revision is above
+    /// the revision of this write, so an offset of (fence - the revision read) is enough.
+    pub(super) async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        for _ in 0..ROUNDS {
+            let snap = self.read(names).await?;
+            let rev = snap.rev.max(0) as u64;
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            for ((name, q), &fence) in names.iter().zip(&snap.queues).zip(fences) {
+                if rev + 1 + q.offset() > fence {
+                    continue;
+                }
+                let mut rec = q
+                    .record
+                    .as_ref()
+                    .map(|(r, _)| r.clone())
+                    .unwrap_or_default();
+                rec.o = fence - rev;
+                rec.f = Some(q.last_fence().max(fence));
+                cmps.push(self.record_unchanged(name, q));
+                ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
+            }
+            if ops.is_empty() {
+                return Ok(());
+            }
+            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(contended("raise the fence"))
+    }
+}
+
+fn contended(what: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "etcd: could not {what}: the lock changed on every try"
+    ))
+}

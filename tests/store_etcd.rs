@@ -1,0 +1,323 @@
+//! The etcd store, through the real binary against real etcd processes: exclusion and fences,
+//! FIFO waiting, nothing left behind, expiry, auth, TLS, and node failures.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::etcd::EtcdServer;
+use common::*;
+
+/// `dlock run NAME ARGS... -- sh -c SCRIPT` in the background, its output piped.
+fn spawn_run(env: &Env, name: &str, args: &[&str], script: &str) -> Child {
+    let mut c = env.cmd();
+    c.args(["run", name])
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c.spawn().expect("spawn dlock")
+}
+
+fn finish(mut child: Child, limit: Duration) -> std::process::Output {
+    let status = wait_child(&mut child, limit).expect("dlock did not finish in time");
+    let mut o = child.wait_with_output().unwrap();
+    o.status = status;
+    o
+}
+
+fn inspect(env: &Env, name: &str) -> serde_json::Value {
+    let o = env.run(&["--json", "inspect", name]);
+    assert_code(&o, 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn held(env: &Env, name: &str) -> bool {
+    inspect(env, name)["held"] == true
+}
+
+fn waiters(env: &Env, name: &str) -> usize {
+    inspect(env, name)["waiters"]
+        .as_array()
+        .map_or(0, |w| w.len())
+}
+
+/// 8 processes each log `enter F` and `exit F` under the lock: no two may overlap, and the
+/// fences must rise in the order they got in.
+fn exclusion(url: String) {
+    let env = Env::with_stores(vec![url]);
+    let log = env.path("log");
+    let script = format!(
+        "echo enter $DLOCK_FENCE >> {0}; sleep 0.05; echo exit $DLOCK_FENCE >> {0}",
+        log.display()
+    );
+    let children: Vec<Child> = (0..8)
+        .map(|_| spawn_run(&env, "shared-file", &["--ttl", "10s"], &script))
+        .collect();
+    for c in children {
+        assert_code(&finish(c, Duration::from_secs(60)), 0);
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 16, "{text}");
+    let mut last = 0u64;
+    for pair in lines.chunks(2) {
+        let fence: u64 = pair[0].strip_prefix("enter ").unwrap().parse().unwrap();
+        assert_eq!(pair[1], format!("exit {fence}"), "interleaved:\n{text}");
+        assert!(fence > last, "fences do not rise:\n{text}");
+        last = fence;
+    }
+}
+
+#[test]
+fn one_holder_at_a_time_on_one_node() {
+    let etcd = EtcdServer::start();
+    exclusion(etcd.url());
+}
+
+#[test]
+fn one_holder_at_a_time_on_a_three_node_cluster() {
+    let etcd = EtcdServer::cluster(3);
+    exclusion(etcd.url());
+}
+
+#[test]
+fn lock_extend_unlock_by_token() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let first = env.run(&["lock", "job", "--ttl", "10s"]);
+    assert_code(&first, 0);
+    let token = stdout(&first);
+    assert_eq!(token.len(), 32, "{token}");
+    assert_code(&env.run(&["lock", "job", "-n"]), 75);
+    let stranger = "0".repeat(32);
+    assert_code(&env.run(&["extend", "job", "--token", &stranger]), 1);
+    assert_code(&env.run(&["unlock", "job", "--token", &stranger]), 1);
+    // A longer ttl moves the lock to a longer etcd lease; the holder and its fence stay.
+    let fence = inspect(&env, "job")["holders"][0]["fence"].clone();
+    assert_code(
+        &env.run(&["extend", "job", "--token", &token, "--ttl", "60s"]),
+        0,
+    );
+    let after = inspect(&env, "job");
+    assert_eq!(after["holders"][0]["fence"], fence);
+    let left = after["holders"][0]["ttl_left_ms"].as_u64().unwrap();
+    assert!(left > 50_000, "ttl left {left} ms after extending to 60s");
+    assert_code(&env.run(&["unlock", "job", "--token", &token]), 0);
+    assert_code(&env.run(&["unlock", "job", "--token", &token]), 1);
+    assert_code(&env.run(&["lock", "job", "-n"]), 0);
+}
+
+#[test]
+fn multilock_takes_all_names_or_none() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let b = env.run(&["lock", "b"]);
+    assert_code(&b, 0);
+    assert_code(&env.run(&["multilock", "a", "b", "-n"]), 75);
+    assert!(!held(&env, "a"), "multilock left a held while b was busy");
+    assert!(etcd.keys("dlock/default/a/").is_empty());
+    assert_code(&env.run(&["unlock", "b", "--token", &stdout(&b)]), 0);
+    let o = env.run(&[
+        "multilock",
+        "a",
+        "b",
+        "-n",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_FENCE",
+    ]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let fences: Vec<&str> = out.split(' ').collect();
+    assert_eq!(fences.len(), 2, "{out}");
+    // One transaction: both names got the same revision.
+    assert_eq!(fences[0], fences[1]);
+}
+
+#[test]
+fn waiters_get_the_lock_in_the_order_they_queued() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let go = env.path("go");
+    let order = env.path("order");
+    let holder = spawn_run(
+        &env,
+        "q",
+        &[],
+        &format!("while [ ! -e {} ]; do sleep 0.02; done", go.display()),
+    );
+    assert!(wait_for(Duration::from_secs(10), || held(&env, "q")));
+    let mut waiting = Vec::new();
+    for i in 1..=5 {
+        waiting.push(spawn_run(
+            &env,
+            "q",
+            &[],
+            &format!("echo {i} >> {}", order.display()),
+        ));
+        assert!(
+            wait_for(Duration::from_secs(10), || waiters(&env, "q") == i),
+            "waiter {i} did not queue"
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    assert_code(&finish(holder, Duration::from_secs(20)), 0);
+    for w in waiting {
+        assert_code(&finish(w, Duration::from_secs(20)), 0);
+    }
+    let got = std::fs::read_to_string(&order).unwrap();
+    assert_eq!(got, "1\n2\n3\n4\n5\n");
+}
+
+#[test]
+fn a_reader_does_not_overtake_a_waiting_writer() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let reader = env.run(&["lock", "rw", "--shared"]);
+    assert_code(&reader, 0);
+    let writer = spawn_run(&env, "rw", &[], "true");
+    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "rw") == 1));
+    // The holder would admit another reader, but the writer asked first.
+    assert_code(&env.run(&["lock", "rw", "--shared", "-n"]), 75);
+    assert_code(&env.run(&["unlock", "rw", "--token", &stdout(&reader)]), 0);
+    assert_code(&finish(writer, Duration::from_secs(10)), 0);
+    assert_code(&env.run(&["lock", "rw", "--shared", "-n"]), 0);
+}
+
+#[test]
+fn an_interrupted_waiter_leaves_no_key_behind() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let holder = spawn_run(&env, "busy", &["--ttl", "20s"], "sleep 30");
+    assert!(wait_for(Duration::from_secs(10), || held(&env, "busy")));
+    let waiter = spawn_run(&env, "busy", &[], "true");
+    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "busy") == 1));
+    assert_eq!(etcd.keys("dlock/default/busy/#q/").len(), 2);
+    signal(waiter.id(), libc::SIGINT);
+    assert_code(&finish(waiter, Duration::from_secs(10)), 130);
+    let left = etcd.keys("dlock/default/busy/#q/");
+    assert_eq!(left.len(), 1, "the waiter's entry is still there: {left:?}");
+    signal(holder.id(), libc::SIGTERM);
+    finish(holder, Duration::from_secs(10));
+    assert!(etcd.keys("dlock/default/busy/#q/").is_empty());
+}
+
+#[test]
+fn no_reachable_node_is_exit_69_at_once() {
+    let url = format!(
+        "etcd://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        free_port(),
+        free_port(),
+        free_port()
+    );
+    let env = Env::with_stores(vec![url]);
+    let t0 = Instant::now();
+    let o = env.run(&["run", "x", "--", "true"]);
+    assert_code(&o, 69);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(stderr(&o).contains("cannot reach etcd"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_wrong_password_is_exit_77_without_showing_it() {
+    let mut etcd = EtcdServer::start();
+    etcd.enable_auth("right-secret");
+    let port = etcd.url().rsplit(':').next().unwrap().to_string();
+    let with = |auth: &str| Env::with_stores(vec![format!("etcd://{auth}127.0.0.1:{port}")]);
+    let o = with("root:wrong-secret@").run(&["lock", "x", "-n"]);
+    assert_code(&o, 77);
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("password"), "{err}");
+    assert!(!err.contains("wrong-secret"), "{err}");
+    assert_code(&with("").run(&["lock", "x", "-n"]), 77);
+    let ok = with("root:right-secret@").run(&["run", "x", "--", "true"]);
+    assert_code(&ok, 0);
+}
+
+#[test]
+fn tls_with_a_self_signed_ca() {
+    let etcd = EtcdServer::start_tls();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let o = env.run(&["run", "t", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).parse::<u64>().is_ok(), "{}", stdout(&o));
+    // Without the CA the server is not trusted.
+    let bare = etcd.url().split('?').next().unwrap().to_string();
+    let o = Env::with_stores(vec![bare]).run(&["lock", "t", "-n"]);
+    assert_ne!(o.status.code(), Some(0));
+}
+
+#[test]
+fn the_next_holder_learns_whether_its_predecessor_released_or_expired() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let previous = || {
+        let o = env.run(&[
+            "run",
+            "p",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_PREVIOUS",
+        ]);
+        assert_code(&o, 0);
+        stdout(&o)
+    };
+    assert_eq!(previous(), "none");
+    assert_eq!(previous(), "released");
+    let holder = spawn_run(&env, "p", &["--ttl", "2s"], "exec sleep 60");
+    assert!(wait_for(Duration::from_secs(10), || held(&env, "p")));
+    signal(holder.id(), libc::SIGKILL);
+    finish(holder, Duration::from_secs(5));
+    let t0 = Instant::now();
+    assert_eq!(previous(), "expired");
+    // etcd's lease of 2s ran out (it may not run out before the ttl).
+    let waited = t0.elapsed();
+    assert!(waited < Duration::from_secs(4), "waited {waited:?}");
+}
+
+#[test]
+fn killing_the_leader_keeps_the_lease() {
+    let mut etcd = EtcdServer::cluster(3);
+    let env = Env::with_stores(vec![etcd.url()]);
+    let holder = spawn_run(&env, "lk", &["--ttl", "6s"], "sleep 7; echo finished");
+    assert!(wait_for(Duration::from_secs(10), || held(&env, "lk")));
+    let leader = etcd.leader();
+    etcd.kill(leader);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let o = env.run(&["run", "lk", "-n", "--", "true"]);
+        assert_ne!(o.status.code(), Some(0), "a second holder got in");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let o = finish(holder, Duration::from_secs(20));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "finished");
+    // The lease was still there to release: the next holder is told so.
+    let next = env.run(&["run", "lk", "--", "sh", "-c", "echo $DLOCK_PREVIOUS"]);
+    assert_code(&next, 0);
+    assert_eq!(stdout(&next), "released");
+}
+
+#[test]
+fn losing_the_majority_stops_the_child_before_the_lease_runs_out() {
+    let mut etcd = EtcdServer::cluster(3);
+    let env = Env::with_stores(vec![etcd.url()]);
+    let ttl = Duration::from_secs(4);
+    let holder = spawn_run(&env, "m", &["--ttl", "4s"], "sleep 60");
+    assert!(wait_for(Duration::from_secs(10), || held(&env, "m")));
+    let t0 = Instant::now();
+    etcd.kill(0);
+    etcd.kill(1);
+    let o = finish(holder, Duration::from_secs(20));
+    assert_code(&o, 70);
+    // Stopped within one ttl of the last renewal, which was before t0.
+    assert!(t0.elapsed() < ttl, "stopped after {:?}", t0.elapsed());
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+}
