@@ -23,6 +23,10 @@ use crate::store::{
 /// Longest a waiter sleeps without looking again, in case a notification was lost.
 pub const MAX_POLL: Duration = Duration::from_millis(500);
 
+/// How long a waiter keeps trying through an outage of the stores it was waiting on, at
+/// least (a Redis Cluster failover or an etcd leader election takes a few seconds).
+pub const OUTAGE_GRACE: Duration = Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("not acquired: the lock is held by someone else")]
@@ -160,6 +164,7 @@ impl Engine {
             _ => None,
         };
         let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
+        let mut unreachable_since: Option<Instant> = None;
         loop {
             let queued = listeners.is_some();
             let t0 = Instant::now();
@@ -197,6 +202,16 @@ impl Engine {
                 self.release_on(&dirty, req).await;
             }
             if granted.len() + busy < need {
+                // A waiter that has seen the stores answer rides out a short outage (a
+                // failover, a restart) instead of failing at once; nobody else does.
+                let now = Instant::now();
+                let outage = *unreachable_since.get_or_insert(now);
+                let grace = (self.store_timeout * 5).max(OUTAGE_GRACE);
+                let may_wait = give_up_at.is_none_or(|g| now < g) && !matches!(wait, Wait::No);
+                if listeners.is_some() && may_wait && now - outage < grace {
+                    sleep(timing::jitter(self.store_timeout, 0.5)).await;
+                    continue;
+                }
                 self.release_on(&self.all(), req).await;
                 return Err(unreachable(
                     errors.into_iter().map(|(_, e)| e).collect(),
@@ -204,6 +219,7 @@ impl Engine {
                     need,
                 ));
             }
+            unreachable_since = None;
             let now = Instant::now();
             if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
                 if queued {

@@ -200,10 +200,12 @@ pub fn alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
-/// The shell child used by exclusion tests: logs entry and exit with its fence, O_APPEND.
+/// The shell child used by exclusion tests: logs entry and exit with its fence, O_APPEND;
+/// stopped by SIGTERM (a lost lease), it logs its exit as it goes.
 pub fn critical_section(log: &Path, hold_ms: u64) -> String {
     format!(
-        "echo \"enter $DLOCK_FENCE $$\" >> {log}; sleep {secs}; echo \"exit $DLOCK_FENCE $$\" >> {log}",
+        "trap 'echo \"exit $DLOCK_FENCE $$\" >> {log}; exit 143' TERM; echo \"enter $DLOCK_FENCE $$\" >> {log}; \
+         sleep {secs} & wait $!; echo \"exit $DLOCK_FENCE $$\" >> {log}",
         log = log.display(),
         secs = hold_ms as f64 / 1000.0
     )

@@ -10,7 +10,7 @@ use super::{free_port, require, temp_dir, wait_for};
 pub struct RedisServer {
     pub port: u16,
     dir: tempfile::TempDir,
-    child: Option<Child>,
+    pub(crate) child: Option<Child>,
     extra: Vec<String>,
 }
 
@@ -139,4 +139,136 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A Redis Cluster of real servers on loopback: `masters` masters, each with `replicas`
+/// replicas, created with `redis-cli --cluster create`; stopped when dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let total = masters * (1 + replicas);
+        let nodes: Vec<RedisServer> = (0..total)
+            .map(|_| {
+                let conf = format!("nodes-{}.conf", free_port());
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                    "--cluster-replica-validity-factor",
+                    "0",
+                ])
+            })
+            .collect();
+        let cli = require("redis-cli", "redis-tools");
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new(cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        assert!(
+            wait_for(Duration::from_secs(30), || cluster.healthy()),
+            "the cluster did not become healthy"
+        );
+        cluster
+    }
+
+    /// Every live node says the cluster is ok and knows all its replicas are in sync.
+    pub fn healthy(&self) -> bool {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .all(|n| info(n, "CLUSTER INFO").contains("cluster_state:ok"))
+    }
+
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Index of the node that is master of the slot of `key` now.
+    pub fn master_of(&self, key: &str) -> usize {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .expect("a live node");
+        let slot: u16 = live
+            .cmd(&format!("CLUSTER KEYSLOT {key}"))
+            .trim_start_matches(':')
+            .parse()
+            .unwrap();
+        let nodes = info(live, "CLUSTER NODES");
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            let owns = f[8..].iter().any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                match (a.parse::<u16>(), b.parse::<u16>()) {
+                    (Ok(a), Ok(b)) => a <= slot && slot <= b,
+                    _ => false,
+                }
+            });
+            if owns {
+                let port: u16 = f[1]
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .rsplit_once(':')
+                    .unwrap()
+                    .1
+                    .parse()
+                    .unwrap();
+                return self.nodes.iter().position(|n| n.port == port).unwrap();
+            }
+        }
+        panic!("no master owns slot {slot}:\n{nodes}");
+    }
+}
+
+/// A command's whole bulk-string reply (CLUSTER INFO, CLUSTER NODES).
+fn info(node: &RedisServer, command: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", node.port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(format!("{command}\r\n").as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut r = BufReader::new(s);
+    let mut head = String::new();
+    if r.read_line(&mut head).is_err() || !head.starts_with('$') {
+        return String::new();
+    }
+    let len: usize = head[1..].trim().parse().unwrap_or(0);
+    let mut body = vec![0u8; len];
+    if std::io::Read::read_exact(&mut r, &mut body).is_err() {
+        return String::new();
+    }
+    String::from_utf8_lossy(&body).into_owned()
 }

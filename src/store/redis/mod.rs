@@ -181,6 +181,86 @@ impl RedisStore {
         ]
     }
 
+    /// Names that one script may touch together: all of them on one server; in a cluster,
+    /// those whose keys hash to the same slot (indices into `names`, in order).
+    fn groups(&self, names: &[String]) -> Vec<Vec<usize>> {
+        if !matches!(self.conn, Conn::Cluster(_)) || names.len() < 2 {
+            return vec![(0..names.len()).collect()];
+        }
+        let mut out: Vec<(redis::cluster_routing::Slot, Vec<usize>)> = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            let slot = redis::cluster_routing::Slot::for_key(self.keys(n)[0].as_bytes());
+            match out.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, idx)) => idx.push(i),
+                None => out.push((slot, vec![i])),
+            }
+        }
+        out.into_iter().map(|(_, idx)| idx).collect()
+    }
+
+    /// Run a script per slot group; `args` builds each group's arguments.
+    async fn each<T: redis::FromRedisValue>(
+        &self,
+        lua: &Lua,
+        names: &[String],
+        args: impl Fn(&[usize]) -> Vec<String>,
+    ) -> StoreResult<Vec<T>> {
+        let mut out = Vec::new();
+        for idx in self.groups(names) {
+            let group: Vec<String> = idx.iter().map(|&i| names[i].clone()).collect();
+            out.push(self.run(lua, &group, &args(&idx)).await?);
+        }
+        Ok(out)
+    }
+
+    /// One grant script for names that share a slot.
+    async fn grant(&self, req: &Acquire, names: &[String], queue: bool) -> StoreResult<Attempt> {
+        let args = [
+            req.token.clone(),
+            req.mode.code(),
+            req.ttl.as_millis().to_string(),
+            req.meta.clone(),
+            if queue { "1" } else { "0" }.to_string(),
+            (MAX_POLL * 4).as_millis().to_string(),
+        ];
+        let (reply, replicated) = self
+            .run_replicated(&self.scripts.grant, names, &args)
+            .await?;
+        let reply: Vec<Value> = redis::from_redis_value(reply)
+            .map_err(|e| StoreError::Protocol(format!("unexpected answer: {e}")))?;
+        let bad = || StoreError::Protocol("malformed grant answer".into());
+        let mut it = reply.into_iter();
+        let ok: i64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+        if ok == 0 {
+            let retry: i64 =
+                redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
+            return Ok(Attempt::Busy {
+                retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
+            });
+        }
+        let mut granted = Vec::with_capacity(names.len());
+        while let (Some(f), Some(p)) = (it.next(), it.next()) {
+            let fence: u64 = redis::from_redis_value(f).map_err(|_| bad())?;
+            let previous: String = redis::from_redis_value(p).map_err(|_| bad())?;
+            granted.push(Granted {
+                fence,
+                previous: Previous::parse(&previous),
+            });
+        }
+        if granted.len() != names.len() {
+            return Err(bad());
+        }
+        if !replicated {
+            // A failover now could lose this grant: withdraw it rather than hand it out.
+            let _ = self.release(names, &req.token).await;
+            return Err(StoreError::Unavailable(format!(
+                "the grant did not reach {} replica(s) in time (wait_replicas)",
+                self.wait_replicas.unwrap_or(0)
+            )));
+        }
+        Ok(Attempt::Granted(granted))
+    }
+
     fn keys_of(&self, names: &[String]) -> Vec<String> {
         names.iter().flat_map(|n| self.keys(n)).collect()
     }
@@ -209,7 +289,9 @@ impl RedisStore {
         args: &[String],
     ) -> StoreResult<(Value, bool)> {
         // WAIT may use most of the per-store time; the engine's own timeout still bounds it.
-        let wait = self.wait_replicas.map(|n| (n, self.timeout / 2));
+        // WAIT's timeout is checked on Redis's 100 ms cron, so it may run that much over: keep
+        // it to a quarter of the per-store time.
+        let wait = self.wait_replicas.map(|n| (n, self.timeout / 4));
         let (v, acked) = self
             .conn
             .eval(lua, &self.keys_of(names), args, wait)
@@ -381,50 +463,38 @@ impl Store for RedisStore {
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
-        let args = [
-            req.token.clone(),
-            req.mode.code(),
-            req.ttl.as_millis().to_string(),
-            req.meta.clone(),
-            if queue { "1" } else { "0" }.to_string(),
-            (MAX_POLL * 4).as_millis().to_string(),
-        ];
-        let (reply, replicated) = self
-            .run_replicated(&self.scripts.grant, &req.names, &args)
-            .await?;
-        let reply: Vec<Value> = redis::from_redis_value(reply)
-            .map_err(|e| StoreError::Protocol(format!("unexpected answer: {e}")))?;
-        let bad = || StoreError::Protocol("malformed grant answer".into());
-        let mut it = reply.into_iter();
-        let ok: i64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
-        if ok == 0 {
-            let retry: i64 =
-                redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
-            return Ok(Attempt::Busy {
-                retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
-            });
+        let groups = self.groups(&req.names);
+        if groups.len() == 1 {
+            return self.grant(req, &req.names, queue).await;
         }
-        let mut granted = Vec::with_capacity(req.names.len());
-        while let (Some(f), Some(p)) = (it.next(), it.next()) {
-            let fence: u64 = redis::from_redis_value(f).map_err(|_| bad())?;
-            let previous: String = redis::from_redis_value(p).map_err(|_| bad())?;
-            granted.push(Granted {
-                fence,
-                previous: Previous::parse(&previous),
-            });
+        // Names on different cluster slots: one group at a time in canonical order, giving
+        // back every earlier group when a later one is busy or fails (all or none).
+        let mut granted = vec![None; req.names.len()];
+        let mut taken: Vec<String> = Vec::new();
+        for idx in groups {
+            let group: Vec<String> = idx.iter().map(|&i| req.names[i].clone()).collect();
+            let attempt = self.grant(req, &group, queue).await;
+            match attempt {
+                Ok(Attempt::Granted(g)) => {
+                    for (&i, g) in idx.iter().zip(g) {
+                        granted[i] = Some(g);
+                    }
+                    taken.extend(group);
+                }
+                other => {
+                    if !taken.is_empty() {
+                        let _ = self.release(&taken, &req.token).await;
+                    }
+                    return other;
+                }
+            }
         }
-        if granted.len() != req.names.len() {
-            return Err(bad());
-        }
-        if !replicated {
-            // A failover now could lose this grant: withdraw it rather than hand it out.
-            let _ = self.release(&req.names, &req.token).await;
-            return Err(StoreError::Unavailable(format!(
-                "the grant did not reach {} replica(s) in time (wait_replicas)",
-                self.wait_replicas.unwrap_or(0)
-            )));
-        }
-        Ok(Attempt::Granted(granted))
+        Ok(Attempt::Granted(
+            granted
+                .into_iter()
+                .map(|g| g.expect("every group granted"))
+                .collect(),
+        ))
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
@@ -453,38 +523,51 @@ impl Store for RedisStore {
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         let args = [token.to_string(), ttl.as_millis().to_string()];
-        let (reply, replicated) = self
-            .run_replicated(&self.scripts.renew, names, &args)
-            .await?;
-        let renewed = redis::from_redis_value::<i64>(reply)
-            .map_err(|e| StoreError::Protocol(e.to_string()))?
-            == 1;
-        if renewed && !replicated {
-            // Not "lost": the lease is still ours, but the new deadline might not survive a
-            // failover, so the client must not count on it.
-            return Err(StoreError::Unavailable(
-                "the renewal did not reach its replicas in time (wait_replicas)".into(),
-            ));
+        for idx in self.groups(names) {
+            let group: Vec<String> = idx.iter().map(|&i| names[i].clone()).collect();
+            let (reply, replicated) = self
+                .run_replicated(&self.scripts.renew, &group, &args)
+                .await?;
+            let renewed = redis::from_redis_value::<i64>(reply)
+                .map_err(|e| StoreError::Protocol(e.to_string()))?
+                == 1;
+            if !renewed {
+                return Ok(false);
+            }
+            if !replicated {
+                // Not "lost": the lease is still ours, but the new deadline might not survive
+                // a failover, so the client must not count on it.
+                return Err(StoreError::Unavailable(
+                    "the renewal did not reach its replicas in time (wait_replicas)".into(),
+                ));
+            }
         }
-        Ok(renewed)
+        Ok(true)
     }
 
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
         Ok(self
-            .run::<i64>(&self.scripts.release, names, &[token.to_string()])
+            .each::<i64>(&self.scripts.release, names, |_| vec![token.to_string()])
             .await?
+            .into_iter()
+            .max()
+            .unwrap_or(0)
             == 1)
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        Ok(self.run::<i64>(&self.scripts.force, names, &[]).await? == 1)
+        let held = self
+            .each::<i64>(&self.scripts.force, names, |_| Vec::new())
+            .await?;
+        Ok(held.contains(&1))
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        let args: Vec<String> = fences.iter().map(u64::to_string).collect();
-        self.run::<i64>(&self.scripts.raise, names, &args)
-            .await
-            .map(|_| ())
+        self.each::<i64>(&self.scripts.raise, names, |idx| {
+            idx.iter().map(|&i| fences[i].to_string()).collect()
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn inspect(&self, name: &str) -> StoreResult<LockState> {

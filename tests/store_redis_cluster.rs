@@ -1,0 +1,134 @@
+//! Redis Cluster (`redis+cluster://`) and `?wait_replicas`: exclusion and fences across
+//! masters, list across masters, and a master killed mid-run never lets two holders in.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::redis::{RedisCluster, RedisServer};
+use common::*;
+
+#[test]
+fn a_three_master_cluster_keeps_exclusion_and_fences_on_every_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let env = Env::with_stores(vec![cluster.url()]);
+    // Names that hash to different masters.
+    let names = ["deploy", "backup", "report"];
+    let masters: std::collections::HashSet<usize> = names
+        .iter()
+        .map(|n| cluster.master_of(&format!("dlock:{{default:{n}}}:h")))
+        .collect();
+    assert!(masters.len() >= 2, "the names all landed on one master");
+    for n in names {
+        check_exclusion(&env, n, 6, &[]);
+    }
+    // list sees the holders on every master.
+    for n in names {
+        assert_code(&env.run(&["lock", n]), 0);
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["--json", "list"]))).unwrap();
+    assert_eq!(v["locks"].as_array().unwrap().len(), 3, "{v}");
+    let o = env.run(&["--json", "inspect", "deploy"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["held"], true);
+    assert_eq!(v["fence"], 7);
+}
+
+#[test]
+fn multilock_across_slots_in_a_cluster_is_all_or_none() {
+    let cluster = RedisCluster::start(3, 0);
+    let env = Env::with_stores(vec![cluster.url()]);
+    let b = stdout(&env.run(&["lock", "backup"]));
+    assert_code(&env.run(&["multilock", "deploy", "backup", "-n"]), 75);
+    assert_code(&env.run(&["lock", "deploy", "-n"]), 0);
+    assert_code(&env.run(&["unlock", "backup", "--token", &b]), 0);
+}
+
+/// A run holds a lock on a master that is killed; its replica takes over. Contenders keep
+/// trying meanwhile. The run either keeps its lease (exit 0) or is stopped (exit 70), and the
+/// critical-section log shows no two holders at once.
+#[test]
+fn killing_a_master_mid_run_never_lets_two_holders_in() {
+    let mut cluster = RedisCluster::start(3, 1);
+    // No ?wait_replicas here: the promoted replica has no replica of its own left, so with it
+    // nobody could take the lock after the failover (by design).
+    let env = Env::with_stores(vec![cluster.url()]);
+    let log = env.path("sections.log");
+    let spawn = |hold_ms: u64, wait: &str| -> Child {
+        let mut c = env.cmd();
+        let errors = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(env.path("err.log"))
+            .unwrap();
+        c.args([
+            "-v",
+            "run",
+            "deploy",
+            "--ttl",
+            "3s",
+            "-w",
+            wait,
+            "--",
+            "sh",
+            "-c",
+            &critical_section(&log, hold_ms),
+        ])
+        .stdout(Stdio::null())
+        .stderr(errors);
+        c.spawn().unwrap()
+    };
+    let mut holder = spawn(4000, "10s");
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("enter"))
+    }));
+    let contenders: Vec<Child> = (0..3).map(|_| spawn(100, "30s")).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let master = cluster.master_of("dlock:{default:deploy}:h");
+    cluster.nodes[master].kill();
+    let status = wait_child(&mut holder, Duration::from_secs(30)).expect("holder exits");
+    assert!(
+        matches!(status.code(), Some(0) | Some(70)),
+        "holder exited {status:?}"
+    );
+    let mut finished = 0;
+    for mut c in contenders {
+        if let Some(s) = wait_child(&mut c, Duration::from_secs(60)) {
+            finished += s.success() as usize;
+        }
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let sections = text.lines().filter(|l| l.starts_with("enter")).count();
+    assert_sections(&text, sections);
+    assert!(
+        finished >= 1,
+        "no contender got the lock after the failover:\n{text}\n{}",
+        std::fs::read_to_string(env.path("err.log")).unwrap()
+    );
+}
+
+#[test]
+fn wait_replicas_withdraws_a_grant_no_replica_confirmed() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![format!("{}?wait_replicas=1", redis.url())]);
+    let o = env.run(&["lock", "x", "--ttl", "2s"]);
+    assert_code(&o, 69);
+    assert!(stderr(&o).contains("replica"), "{}", stderr(&o));
+    // Nothing was left granted.
+    let plain = Env::with_stores(vec![redis.url()]);
+    assert_code(&plain.run(&["lock", "x", "-n"]), 0);
+    // A bad value is a usage error.
+    let bad = Env::with_stores(vec![format!("{}?wait_replicas=lots", redis.url())]);
+    assert_code(&bad.run(&["lock", "x"]), 64);
+}
+
+#[test]
+fn a_mixed_quorum_of_servers_and_a_cluster_grants() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    let env = Env::with_stores(vec![a.url(), b.url(), cluster.url()]);
+    check_exclusion(&env, "mixed", 6, &[]);
+}
