@@ -14,6 +14,7 @@
 pub mod file;
 pub mod redis;
 pub mod url;
+pub mod zk;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -257,6 +258,7 @@ pub async fn open(
         StoreUrl::Redis(r) => Ok(Arc::new(
             redis::RedisStore::connect(r, namespace, timeout).await?,
         )),
+        StoreUrl::Zk(z) => Ok(Arc::new(zk::ZkStore::open(z, namespace, timeout)?)),
         other => Err(StoreError::Protocol(format!(
             "{} stores are not supported by this build of dlock yet",
             other.scheme()
