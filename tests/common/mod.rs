@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod redis;
+pub mod zk;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -26,7 +27,9 @@ pub fn require(binary: &str, package: &str) -> PathBuf {
             return p;
         }
     }
-    panic!("`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)");
+    panic!(
+        "`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)"
+    );
 }
 
 /// A port nobody listens on right now.
@@ -40,7 +43,10 @@ pub fn free_port() -> u16 {
 
 /// A temp dir that lives as long as the value.
 pub fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("dlock-test-").tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix("dlock-test-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Poll `f` until it is true or `limit` passes.
@@ -120,8 +126,18 @@ pub fn output_within(mut c: Command, limit: Duration) -> Output {
         .unwrap_or_else(|| panic!("{c:?} did not finish within {limit:?}"));
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
-    child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
     Output {
         status,
         stdout,
@@ -146,7 +162,9 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 }
 
 pub fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
+    o.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {o:?}"))
 }
 
 pub fn stdout(o: &Output) -> String {
