@@ -98,25 +98,24 @@ struct Held {
 impl ZkStore {
     pub fn open(url: &ServerUrl, namespace: &str, timeout: Duration) -> StoreResult<ZkStore> {
         url.reject_unknown_params().map_err(StoreError::Protocol)?;
-        let chroot =
-            check_chroot(&url.path).map_err(|e| StoreError::Protocol(format!("{url}: {e}")))?;
+        let chroot = check_chroot(&url.path).map_err(StoreError::Protocol)?;
         let auth = match (&url.user, &url.password) {
             (None, None) => None,
             (Some(u), Some(p)) if !u.contains(':') => Some(format!("{u}:{p}").into_bytes()),
             (Some(_), Some(_)) => {
                 return Err(StoreError::Protocol(format!(
-                    "{url}: a ZooKeeper digest user name cannot contain ':'"
+                    "a ZooKeeper digest user name cannot contain ':'"
                 )));
             }
             (Some(_), None) => {
                 return Err(StoreError::Protocol(format!(
-                    "{url}: ZooKeeper digest authentication needs a password as well as the user \
+                    "ZooKeeper digest authentication needs a password as well as the user \
                      (in the URL, ?password_file=, ?password_env= or DLOCK_PASSWORD)"
                 )));
             }
             (None, Some(_)) => {
                 return Err(StoreError::Protocol(format!(
-                    "{url}: a password was given (in the URL, a parameter or DLOCK_PASSWORD) but \
+                    "a password was given (in the URL, a parameter or DLOCK_PASSWORD) but \
                      no user; ZooKeeper digest authentication needs zk://USER@host"
                 )));
             }
