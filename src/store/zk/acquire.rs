@@ -5,7 +5,7 @@ use std::time::Duration;
 use zookeeper_client::{Client, CreateMode, Error, MultiWriteError, MultiWriteResult};
 
 use super::layout::{Paths, Verdict, entry_data, judge};
-use super::{CONTENTION, Held, Inner, Mine, View, bad_path, classify, ms};
+use super::{CONTENTION, Held, Hold, Inner, Mine, View, bad_path, classify, ms};
 use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreResult};
 
 impl Inner {
@@ -83,6 +83,7 @@ impl Inner {
             .and_then(|m| m.get(&req.token).cloned());
         match state {
             Some(Mine::Created(nodes)) => return Ok(nodes),
+            Some(Mine::Holding(holds)) => return Ok(holds.into_iter().map(|h| h.node).collect()),
             Some(Mine::Pending) => {
                 // A create whose answer was lost may have happened: find it by token.
                 let views = self.view(c, &req.names, None).await?;
@@ -172,6 +173,7 @@ impl Inner {
     ) -> StoreResult<Option<Vec<Granted>>> {
         let mut w = c.new_multi_writer();
         let mut out = Vec::with_capacity(req.names.len());
+        let mut holds = Vec::with_capacity(req.names.len());
         let ttl_opts = self.opts(CreateMode::Persistent).with_ttl(req.ttl);
         for (i, name) in req.names.iter().enumerate() {
             let v = &views[i];
@@ -200,6 +202,11 @@ impl Inner {
             rec.open.insert(req.token.clone(), fence);
             w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(v.version))
                 .map_err(bad_path)?;
+            holds.push(Hold {
+                node: own[i].clone(),
+                record: rec,
+                version: -1,
+            });
             let entry = self.paths.child(name, &own[i]);
             if req.detached {
                 w.add_delete(&entry, None).map_err(bad_path)?;
@@ -213,7 +220,20 @@ impl Inner {
             }
         }
         match w.commit().await {
-            Ok(_) => Ok(Some(out)),
+            Ok(results) => {
+                // One setData per name, in order: the record versions our grant left.
+                let versions = results.iter().filter_map(|r| match r {
+                    MultiWriteResult::SetData { stat } => Some(stat.version),
+                    _ => None,
+                });
+                for (h, v) in holds.iter_mut().zip(versions) {
+                    h.version = v;
+                }
+                if !req.detached {
+                    self.remember(req, Mine::Holding(holds));
+                }
+                Ok(Some(out))
+            }
             Err(MultiWriteError::OperationFailed {
                 source: Error::BadVersion | Error::NoNode | Error::NodeExists,
                 ..

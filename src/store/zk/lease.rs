@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{CreateMode, Error, MultiWriteError};
+use zookeeper_client::{Client, CreateMode, Error, MultiWriteError};
 
 use super::layout::entry_data;
-use super::{CONTENTION, Inner, bad_path, classify, ms};
+use super::{CONTENTION, Inner, Mine, bad_path, classify, ms};
 use crate::store::{Previous, StoreError, StoreResult};
 
 /// A lost compare-and-set: read again and retry.
@@ -78,6 +78,9 @@ impl Inner {
             w.remove(token);
         }
         let c = self.client(None).await?;
+        if let Some(true) = self.release_held(&c, names, token).await? {
+            return Ok(true);
+        }
         for _ in 0..CONTENTION {
             let views = self.view(&c, names, None).await?;
             let held = self.held(&c, names, &views, Some(token), false).await?;
@@ -131,6 +134,39 @@ impl Inner {
             }
         }
         Err(contended("release the lock"))
+    }
+
+    /// The release of a `run` lease this process was granted, in one round trip: delete the
+    /// entry and compare-and-set the record as the grant left it. `None`: not ours or the
+    /// record moved on (another grant or release): the caller reads and retries.
+    async fn release_held(
+        &self,
+        c: &Client,
+        names: &[String],
+        token: &str,
+    ) -> StoreResult<Option<bool>> {
+        let holds = match self.mine.lock().ok().and_then(|m| m.get(token).cloned()) {
+            Some(Mine::Holding(h)) if h.len() == names.len() => h,
+            _ => return Ok(None),
+        };
+        let mut w = c.new_multi_writer();
+        for (name, h) in names.iter().zip(&holds) {
+            let mut rec = h.record.clone();
+            rec.open.remove(token);
+            rec.previous = Previous::Released.as_str().into();
+            w.add_delete(&self.paths.child(name, &h.node), None)
+                .map_err(bad_path)?;
+            w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(h.version))
+                .map_err(bad_path)?;
+        }
+        match w.commit().await {
+            Ok(_) => {
+                self.forget(token);
+                Ok(Some(true))
+            }
+            Err(e) if raced(&e) => Ok(None),
+            Err(e) => Err(classify(e.into(), "release the lock")),
+        }
     }
 
     /// Drop every holder; the next holder hears "expired" (its predecessor did not finish).
