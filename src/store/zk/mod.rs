@@ -201,9 +201,11 @@ impl Inner {
     /// The session; for a `run` lease it must last at least the ttl, or the store could drop the
     /// lease (with the session) before the client's deadline.
     async fn client(&self, req: Option<&Acquire>) -> StoreResult<Client> {
+        // The protocol carries the timeout as i32 milliseconds; servers cap it far lower anyway.
+        let most = Duration::from_millis(i32::MAX as u64);
         let c = self
             .conn
-            .client(req.map_or(DEFAULT_SESSION, |r| r.ttl))
+            .client(req.map_or(DEFAULT_SESSION, |r| r.ttl.min(most)))
             .await?;
         if let Some(r) = req
             && !r.detached
