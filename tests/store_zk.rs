@@ -147,6 +147,14 @@ fn watched(zk: &ZkServer, prefix: &str) -> Vec<(String, usize)> {
     out
 }
 
+/// One server metric from `mntr`.
+fn metric(zk: &ZkServer, key: &str) -> u64 {
+    zk.four(0, "mntr")
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('\t')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in mntr"))
+}
+
 #[test]
 fn twenty_waiters_one_release_wakes_exactly_one() {
     let zk = ZkServer::start();
@@ -174,42 +182,37 @@ fn twenty_waiters_one_release_wakes_exactly_one() {
             &format!("w{i}"),
             &["run", "herd", "--", "sh", "-c", &cmd],
         ));
-        // One at a time, so the queue order is known.
+        // One at a time, each queued and watching before the next comes: a known order.
         assert!(
             wait_for(Duration::from_secs(10), || zk
                 .children(&queue("herd"))
                 .len()
-                == i + 2),
+                == i + 2
+                && metric(&zk, "zk_watch_count") == i as u64 + 1),
             "waiter {i} did not queue"
         );
     }
     // Each queued waiter watches only its predecessor: 20 nodes watched, each by one session.
-    let nodes = zk.children(&queue("herd"));
     let mut expected: Vec<String> = {
-        let mut q = nodes.clone();
+        let mut q = zk.children(&queue("herd"));
         q.sort_by_key(|n| n.rsplit('-').next().unwrap().to_string());
         q.pop(); // the tail is watched by no one
         q.iter().map(|n| format!("{}/{n}", queue("herd"))).collect()
     };
     expected.sort();
-    assert!(
-        wait_for(Duration::from_secs(5), || {
-            watched(&zk, &queue("herd"))
-                .iter()
-                .map(|(p, _)| p.clone())
-                .collect::<Vec<_>>()
-                == expected
-        }),
-        "watched: {:?}\nexpected: {expected:?}",
-        watched(&zk, &queue("herd"))
-    );
+    let paths: Vec<String> = watched(&zk, &queue("herd"))
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(paths, expected);
     for (path, sessions) in watched(&zk, &queue("herd")) {
         assert_eq!(
             sessions, 1,
             "{path} is watched by {sessions} sessions: a herd"
         );
     }
-    // The release: its one watcher takes over; the other 19 stay queued, watching as before.
+    // Each of the 21 releases (holder, then every waiter but the last) fires one watch event.
+    let fired = metric(&zk, "zk_sum_node_deleted_watch_count");
     std::fs::write(&gate, "").unwrap();
     assert!(
         wait_child(&mut holder, Duration::from_secs(10))
@@ -224,10 +227,41 @@ fn twenty_waiters_one_release_wakes_exactly_one() {
             read(&env.path(&format!("w{i}.err")))
         );
     }
+    assert_eq!(metric(&zk, "zk_sum_node_deleted_watch_count") - fired, 20);
+    assert_eq!(
+        metric(&zk, "zk_max_node_deleted_watch_count"),
+        1,
+        "a release woke several waiters"
+    );
     let mut want = vec!["start holder".to_string(), "end holder".to_string()];
     want.extend((0..20).map(|i| i.to_string()));
     assert_eq!(lines(&order), want, "not FIFO");
     assert!(zk.children(&queue("herd")).is_empty());
+}
+
+#[test]
+fn sessions_close_when_dlock_exits() {
+    let zk = ZkServer::start();
+    let env = Env::with_stores(vec![zk.url()]);
+    let log = env.path("log");
+    let cmd = format!("echo start >> {}; sleep 1", log.display());
+    let mut holder = spawn(
+        &env,
+        "holder",
+        &["run", "s", "--ttl", "30s", "--", "sh", "-c", &cmd],
+    );
+    assert!(wait_for(Duration::from_secs(10), || read(&log).contains("start")));
+    assert_eq!(metric(&zk, "zk_ephemerals_count"), 1);
+    assert_code(&env.run(&["lock", "s", "-n", "--ttl", "30s"]), 75);
+    assert_code(&env.run(&["inspect", "s"]), 0);
+    assert!(
+        wait_child(&mut holder, Duration::from_secs(10))
+            .unwrap()
+            .success()
+    );
+    // Closed on exit, not left to time out (that would take the 30 s session timeout).
+    assert_eq!(metric(&zk, "zk_global_sessions"), 0);
+    assert_eq!(metric(&zk, "zk_ephemerals_count"), 0);
 }
 
 #[test]

@@ -231,6 +231,16 @@ impl ZkServer {
                 Err(e) => panic!("list {path}: {e}"),
             };
             kids.sort();
+            // Close the session before the runtime goes, so it does not linger in the
+            // server's session counts that tests look at.
+            let mut state = c.state_watcher();
+            drop(c);
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while !state.peek_state().is_terminated() {
+                    state.changed().await;
+                }
+            })
+            .await;
             kids
         })
     }
