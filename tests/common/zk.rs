@@ -84,7 +84,28 @@ impl ZkServer {
         for i in 0..n {
             s.wait_serving(i);
         }
+        for i in 0..n {
+            s.warm(i);
+        }
         s
+    }
+
+    /// A fresh JVM answers its first requests slowly (seconds under load, before its JIT warms
+    /// up), which would eat a short-ttl lease's store timeout: exercise the write path first.
+    fn warm(&self, i: usize) {
+        let hosts = format!("127.0.0.1:{}", self.members[i].client);
+        block_on(async move {
+            let c = zookeeper_client::Client::connect(&hosts).await.unwrap();
+            let opts = zookeeper_client::CreateMode::Ephemeral
+                .with_acls(zookeeper_client::Acls::anyone_all());
+            for n in 0..50 {
+                let path = format!("/warm-{n}");
+                c.create(&path, b"x", &opts).await.unwrap();
+                c.get_data(&path).await.unwrap();
+                c.delete(&path, None).await.unwrap();
+            }
+            close(c).await;
+        });
     }
 
     fn boot(&mut self, i: usize) {
@@ -212,6 +233,7 @@ impl ZkServer {
         self.kill(i);
         self.boot(i);
         self.wait_serving(i);
+        self.warm(i);
     }
 
     /// Children of a node, as ZooKeeper has them (empty if the node does not exist).
@@ -219,11 +241,7 @@ impl ZkServer {
         let url = self.url();
         let hosts = url.trim_start_matches("zk://").to_string();
         let path = path.to_string();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
+        block_on(async move {
             let c = zookeeper_client::Client::connect(&hosts).await.unwrap();
             let mut kids = match c.list_children(&path).await {
                 Ok(k) => k,
@@ -231,19 +249,31 @@ impl ZkServer {
                 Err(e) => panic!("list {path}: {e}"),
             };
             kids.sort();
-            // Close the session before the runtime goes, so it does not linger in the
-            // server's session counts that tests look at.
-            let mut state = c.state_watcher();
-            drop(c);
-            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                while !state.peek_state().is_terminated() {
-                    state.changed().await;
-                }
-            })
-            .await;
+            close(c).await;
             kids
         })
     }
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Close a session before its runtime goes, so it does not linger in the server's session
+/// counts that tests look at.
+async fn close(c: zookeeper_client::Client) {
+    let mut state = c.state_watcher();
+    drop(c);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while !state.peek_state().is_terminated() {
+            state.changed().await;
+        }
+    })
+    .await;
 }
 
 /// Send a four-letter word and read the whole answer ("" if the server does not answer).
