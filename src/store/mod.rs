@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod file;
 pub mod redis;
 pub mod url;
+pub mod zk;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -267,10 +268,7 @@ pub async fn open(
         StoreUrl::Etcd(e) => Ok(Arc::new(
             etcd::EtcdStore::connect(e, namespace, timeout).await?,
         )),
-        other => Err(StoreError::Invalid(format!(
-            "{} stores are not supported by this build of dlock yet",
-            other.scheme()
-        ))),
+        StoreUrl::Zk(z) => Ok(Arc::new(zk::ZkStore::open(z, namespace, timeout)?)),
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod etcd;
 pub mod redis;
+pub mod zk;
 
 use std::io::Read;
 use std::net::TcpListener;
