@@ -126,3 +126,49 @@ fn inspect_shows_each_stores_view() {
     // No persistence on these servers: inspect warns in a quorum.
     assert!(stderr(&env.run(&["inspect", "job"])).contains("appendonly"));
 }
+
+fn five() -> Vec<RedisServer> {
+    (0..5).map(|_| RedisServer::start()).collect()
+}
+
+fn fence_of(env: &Env) -> u64 {
+    let o = env.run(&["run", "job", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    stdout(&o).parse().unwrap()
+}
+
+#[test]
+fn five_servers_survive_two_down_two_frozen_or_two_restarted_empty() {
+    let mut servers = five();
+    let env = Env::with_stores(urls(&servers));
+    let mut fences = vec![fence_of(&env)];
+    servers[0].kill();
+    servers[3].kill();
+    fences.push(fence_of(&env));
+    check_exclusion(&env, "job2", 4, &[]);
+    servers[0].restart();
+    servers[3].restart();
+    fences.push(fence_of(&env));
+    servers[1].pause();
+    servers[4].pause();
+    fences.push(fence_of(&env));
+    servers[1].resume();
+    servers[4].resume();
+    fences.push(fence_of(&env));
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
+}
+
+#[test]
+fn five_servers_with_three_down_is_exit_69_within_the_store_timeout() {
+    let mut servers = five();
+    servers[0].kill();
+    servers[2].pause();
+    servers[4].kill();
+    let env = Env::with_stores(urls(&servers));
+    let start = Instant::now();
+    let o = env.run(&["--store-timeout", "300ms", "run", "job", "--", "true"]);
+    let took = start.elapsed();
+    servers[2].resume();
+    assert_code(&o, 69);
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
