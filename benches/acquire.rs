@@ -5,7 +5,6 @@
 //! Run: cargo bench --bench acquire [-- ROUNDS]   (default 2000 rounds per setup)
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -12,7 +12,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::future::{join_all, select_all};
+use futures_util::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::store::{
@@ -22,6 +24,10 @@ use crate::store::{
 
 /// Longest a waiter sleeps without looking again, in case a notification was lost.
 pub const MAX_POLL: Duration = Duration::from_millis(500);
+
+/// How long a release waits for stragglers once a majority has released: long enough for a
+/// live store a little behind the others, so it is not left holding the lease until its ttl.
+const RELEASE_LINGER: Duration = Duration::from_millis(1);
 
 /// How long a waiter keeps trying through an outage of the stores it was waiting on, at
 /// least (a Redis Cluster failover or an etcd leader election takes a few seconds).
@@ -134,22 +140,72 @@ impl Engine {
         F: Fn(&'a dyn Store) -> Fut,
         Fut: Future<Output = StoreResult<T>> + 'a,
     {
+        self.fan_out_until(idx, f, |_| false, Duration::ZERO).await
+    }
+
+    /// Like `fan_out`, but once `decided` holds for the answers so far, stragglers get only
+    /// `linger` more: a stopped store then costs nothing once a majority has answered, instead
+    /// of the whole store timeout. A straggler's answer is lost, never its effect: a grant it
+    /// makes later is one the lease's renewals and release cover, on a minority of stores.
+    async fn fan_out_until<'a, T, F, Fut>(
+        &'a self,
+        idx: &[usize],
+        f: F,
+        decided: impl Fn(&[(usize, StoreResult<T>)]) -> bool,
+        linger: Duration,
+    ) -> Vec<(usize, StoreResult<T>)>
+    where
+        F: Fn(&'a dyn Store) -> Fut,
+        Fut: Future<Output = StoreResult<T>> + 'a,
+    {
         let limit = self.store_timeout;
-        join_all(idx.iter().map(|&i| {
-            let s = self.stores[i].as_ref();
-            let call = f(s);
-            async move {
-                let r = match timeout(limit, call).await {
-                    Ok(r) => r,
-                    Err(_) => Err(StoreError::Unavailable(format!(
-                        "no answer within {} (raise --store-timeout if the store is slow)",
-                        humantime::format_duration(limit)
-                    ))),
-                };
-                (i, r.map_err(|e| name_store(s, e)))
+        let mut pending: FuturesUnordered<_> = idx
+            .iter()
+            .map(|&i| {
+                let s = self.stores[i].as_ref();
+                let call = f(s);
+                async move {
+                    let r = match timeout(limit, call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(StoreError::Unavailable(format!(
+                            "no answer within {} (raise --store-timeout if the store is slow)",
+                            humantime::format_duration(limit)
+                        ))),
+                    };
+                    (i, r.map_err(|e| name_store(s, e)))
+                }
+            })
+            .collect();
+        let mut out = Vec::with_capacity(idx.len());
+        let mut cutoff: Option<Instant> = None;
+        loop {
+            let next = match cutoff {
+                None => pending.next().await,
+                Some(c) => match tokio::time::timeout_at(c, pending.next()).await {
+                    Ok(n) => n,
+                    Err(_) => break,
+                },
+            };
+            let Some(answer) = next else { break };
+            out.push(answer);
+            if cutoff.is_none() && decided(&out) {
+                cutoff = Some(Instant::now() + linger);
             }
-        }))
-        .await
+        }
+        for &i in idx {
+            if !out.iter().any(|(j, _)| *j == i) {
+                let s = self.stores[i].as_ref();
+                out.push((
+                    i,
+                    Err(name_store(
+                        s,
+                        StoreError::Unavailable("no answer yet".into()),
+                    )),
+                ));
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out
     }
 
     fn all(&self) -> Vec<usize> {
@@ -169,7 +225,17 @@ impl Engine {
             let queued = listeners.is_some();
             let t0 = Instant::now();
             let results = self
-                .fan_out(&self.all(), |s| s.try_acquire(req, queued))
+                .fan_out_until(
+                    &self.all(),
+                    |s| s.try_acquire(req, queued),
+                    |done| {
+                        let granted = done
+                            .iter()
+                            .filter(|(_, r)| matches!(r, Ok(Attempt::Granted(_))));
+                        granted.count() >= need
+                    },
+                    Duration::ZERO,
+                )
                 .await;
             let (mut granted, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
@@ -299,11 +365,16 @@ impl Engine {
             ));
         }
         let req = &lease.req;
-        let tally = self.tally(
-            self.fan_out(&self.all(), |s| s.renew(&req.names, &req.token, req.ttl))
-                .await,
-        );
         let need = self.majority();
+        let tally = self.tally(
+            self.fan_out_until(
+                &self.all(),
+                |s| s.renew(&req.names, &req.token, req.ttl),
+                |done| yes(done) >= need,
+                Duration::ZERO,
+            )
+            .await,
+        );
         if tally.yes >= need && timing::validity(req.ttl, t0.elapsed()).is_some() {
             lease.deadline = lease.deadline.max(t0 + req.ttl - timing::drift(req.ttl));
             return Ok(());
@@ -341,7 +412,16 @@ impl Engine {
     /// Owner-checked release on every store (also those where the lease was not granted: a
     /// queued entry or a grant whose answer was lost is cleaned up too).
     pub async fn release(&self, names: &[String], token: &str) -> Tally {
-        self.tally(self.fan_out(&self.all(), |s| s.release(names, token)).await)
+        let need = self.majority();
+        self.tally(
+            self.fan_out_until(
+                &self.all(),
+                |s| s.release(names, token),
+                |done| yes(done) >= need,
+                RELEASE_LINGER,
+            )
+            .await,
+        )
     }
 
     pub async fn force_release(&self, names: &[String]) -> Tally {
@@ -398,6 +478,10 @@ fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
     } else {
         EngineError::Unavailable(msg)
     }
+}
+
+fn yes(done: &[(usize, StoreResult<bool>)]) -> usize {
+    done.iter().filter(|(_, r)| matches!(r, Ok(true))).count()
 }
 
 fn name_store(s: &dyn Store, e: StoreError) -> StoreError {

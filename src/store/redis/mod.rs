@@ -397,7 +397,9 @@ fn connection_info(
     Ok(addr
         .into_connection_info()
         .map_err(classify)?
-        .set_redis_settings(settings))
+        .set_redis_settings(settings)
+        // Small requests to several servers at once: do not let Nagle hold any of them back.
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
 }
 
 /// `?ca_file=`, `?cert_file=`, `?key_file=` of a `rediss://` URL.
