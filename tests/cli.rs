@@ -266,3 +266,35 @@ fn a_lock_taken_with_a_ttl_expires_and_extend_pushes_it_out() {
     let o = env.run(&["run", "b", "-n", "--", "sh", "-c", "echo $DLOCK_PREVIOUS"]);
     assert_eq!(stdout(&o), "expired");
 }
+
+/// A process under libfaketime sees a monotonic (and boot) clock that is not the kernel's;
+/// timed on it, a lease would be judged expired or alive at will. It is refused, and the
+/// lease an honest client holds is left as it was.
+#[test]
+fn a_client_with_a_faked_clock_is_refused_and_an_existing_lease_stays() {
+    let env = Env::file();
+    let o = env.run(&["--json", "lock", "job"]);
+    assert_code(&o, 0);
+    let fence = serde_json::from_str::<serde_json::Value>(&stdout(&o)).unwrap()["fence"].clone();
+    for offset in ["-1h", "+1h", "+0"] {
+        for args in [
+            &["lock", "job", "-n"][..],
+            &["run", "job", "-n", "--", "true"][..],
+        ] {
+            let mut c = env.cmd();
+            c.args(args)
+                .env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME", offset);
+            let o = output_within(c, std::time::Duration::from_secs(30));
+            assert_code(&o, 1);
+            let err = stderr(&o);
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("clock"), "{err}");
+        }
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["--json", "inspect", "job"]))).unwrap();
+    assert_eq!(v["held"], true);
+    assert_eq!(v["holders"][0]["fence"], fence);
+    assert!(v["holders"][0]["ttl_left_ms"].as_u64().unwrap() <= 30_000);
+}
