@@ -10,7 +10,6 @@
 //! `cargo test --test checker` runs every setup at CI scale; on demand, full scale:
 //! `cargo test --release --test checker -- --full [SETUP...]`. See RELIABILITY.md.
 
-#[allow(dead_code)]
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -29,7 +28,6 @@ use common::redis::RedisServer;
 use common::{Env, signal, temp_dir, wait_child};
 
 const NAME: &str = "checked";
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// CLOCK_MONOTONIC straight from the kernel: a raw syscall, so that neither libfaketime (which
 /// the clock-jump victim runs under) nor anything else preloaded can bend the record.
@@ -207,18 +205,7 @@ impl Record {
     }
 }
 
-/// Alive and not a zombie (a killed child may wait a moment to be reaped by init).
-fn process_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
-        }
-        Err(_) => false,
-    }
-}
+use common::running as process_running;
 
 // ---------------------------------------------------------------------------------------------
 // Setups and faults.
@@ -421,10 +408,12 @@ impl Run {
         self.record.lock().unwrap().sections.len()
     }
 
-    /// Wait until the client's section has begun; returns its child's pid.
-    fn wait_entered(&self, client: &str, limit: Duration) -> Option<u32> {
+    /// Wait until the client's section has begun; returns its child's pid. None if its dlock
+    /// ended first (refused) or it did not get in within `limit`.
+    fn wait_entered(&self, client: &str, dlock: &mut Child, limit: Duration) -> Option<u32> {
         let start = Instant::now();
         while start.elapsed() < limit {
+            let exited = matches!(dlock.try_wait(), Ok(Some(_)));
             if let Some(s) = self
                 .record
                 .lock()
@@ -434,6 +423,9 @@ impl Run {
                 .find(|s| s.client == client)
             {
                 return Some(s.pid);
+            }
+            if exited {
+                return None;
             }
             thread::sleep(Duration::from_millis(1));
         }
@@ -485,20 +477,20 @@ impl Run {
         if fault == Fault::ClockJump {
             // The clock starts honest and is moved once the victim holds the lock.
             std::fs::write(&jump_file, "+0\n").unwrap();
-            cmd.env("LD_PRELOAD", LIBFAKETIME)
+            cmd.env("LD_PRELOAD", common::libfaketime())
                 .env("FAKETIME_TIMESTAMP_FILE", &jump_file)
                 .env("FAKETIME_NO_CACHE", "1");
         }
         let mut child = cmd.spawn().expect("spawn the victim");
         let dlock_pid = child.id();
-        let Some(pid) = self.wait_entered(&victim, Duration::from_secs(60)) else {
+        let Some(pid) = self.wait_entered(&victim, &mut child, Duration::from_secs(60)) else {
             let code = self.finish(&mut child, Duration::from_secs(5));
             let said = self.tally.said.lock().unwrap().get(&code).cloned();
             return Injected {
                 fault,
                 victim: Some(victim),
                 at: None,
-                outcome: format!("never entered: exit {code}: {}", said.unwrap_or_default()),
+                outcome: format!("refused, exit {code}: {}", said.unwrap_or_default()),
             };
         };
         let mut at = None;
@@ -767,9 +759,14 @@ fn run_setup(name: &'static str, cfg: Config, beyond: &[Fault]) -> (String, bool
         ));
     }
 
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for i in &injected {
-        *kinds.entry(i.fault.name()).or_default() += 1;
+        *kinds.entry(i.fault.name().to_string()).or_default() += 1;
+        if i.outcome.starts_with("refused") {
+            *kinds
+                .entry(format!("{} refused", i.fault.name()))
+                .or_default() += 1;
+        }
     }
     let exits = run.tally.exits.lock().unwrap().clone();
     let beyond_txt = if summary.excused.is_empty() {
@@ -876,6 +873,9 @@ fn main() {
             // What libtest would take; meaningless here.
             "--nocapture" | "--quiet" | "-q" | "--exact" | "--include-ignored" | "--ignored"
             | "--show-output" => {}
+            "--skip" | "--test-threads" | "--format" | "--color" => {
+                it.next();
+            }
             f if f.starts_with("--") => {}
             f => filters.push(f.to_string()),
         }
@@ -885,10 +885,7 @@ fn main() {
         .filter(|s| filters.is_empty() || filters.iter().any(|f| s.contains(f.as_str())))
         .collect();
     common::require("redis-server", "redis-server");
-    assert!(
-        Path::new(LIBFAKETIME).exists(),
-        "libfaketime is not installed: run `apt-get install -y faketime`"
-    );
+    common::libfaketime();
     let (mut passed, mut failed) = (0, 0);
     for name in &chosen {
         let c = Config { ..cfg_clone(&cfg) };
