@@ -490,7 +490,12 @@ impl Run {
                 fault,
                 victim: Some(victim),
                 at: None,
-                outcome: format!("refused, exit {code}: {}", said.unwrap_or_default()),
+                outcome: match code {
+                    // dlock refused to time a lease on the bent clock.
+                    1 => format!("refused, exit {code}: {}", said.unwrap_or_default()),
+                    // Still waiting when its -w ran out: no FIFO on this store.
+                    _ => format!("never entered, exit {code}: {}", said.unwrap_or_default()),
+                },
             };
         };
         let mut at = None;
@@ -762,10 +767,12 @@ fn run_setup(name: &'static str, cfg: Config, beyond: &[Fault]) -> (String, bool
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for i in &injected {
         *kinds.entry(i.fault.name().to_string()).or_default() += 1;
-        if i.outcome.starts_with("refused") {
-            *kinds
-                .entry(format!("{} refused", i.fault.name()))
-                .or_default() += 1;
+        for what in ["refused", "never entered"] {
+            if i.outcome.starts_with(what) {
+                *kinds
+                    .entry(format!("{} {what}", i.fault.name()))
+                    .or_default() += 1;
+            }
         }
     }
     let exits = run.tally.exits.lock().unwrap().clone();
