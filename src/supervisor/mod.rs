@@ -60,14 +60,30 @@ pub async fn supervise(
     // Catch the forwarded signals before the child exists, so none is lost in between.
     let mut signals = Signals::catch(&FORWARDED)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
+    let margin = (grace / 4).max(Duration::from_millis(10));
+    let dog = match watchdog::Watchdog::start(lease.deadline, grace, margin) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            out.warn(&format!(
+                "cannot start the watchdog ({e}); the command is stopped in time only while dlock runs"
+            ));
+            None
+        }
+    };
     let mut child = match spawn(&lease, command) {
         Ok(c) => c,
         Err(e) => {
+            if let Some(d) = dog {
+                d.stop();
+            }
             ctx.engine.release(&lease.req.names, &lease.req.token).await;
             return Err(e);
         }
     };
     let pgid = child.id().unwrap_or(0);
+    if let Some(d) = &dog {
+        d.arm(pgid);
+    }
     let terminal = sys::Foreground::give(pgid);
     out.debug(&format!(
         "started {:?} as pid {pgid} under fence {}",
@@ -80,16 +96,6 @@ pub async fn supervise(
         trouble: None,
     });
     let renewer = tokio::spawn(keep_alive(ctx.engine.clone(), lease.clone(), tx));
-    let margin = (grace / 4).max(Duration::from_millis(10));
-    let dog = match watchdog::Watchdog::start(pgid, lease.deadline, grace, margin) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            out.warn(&format!(
-                "cannot start the watchdog ({e}); the command is stopped in time only while dlock runs"
-            ));
-            None
-        }
-    };
     let mut pushed = lease.deadline;
 
     let mut term_sent = false;

@@ -19,6 +19,8 @@ use crate::sys;
 const FIRED: i32 = 3;
 /// Sent instead of a deadline: dlock has sent SIGTERM itself.
 const TERMINATED: u64 = u64::MAX;
+/// Marks a message that carries the child's process group instead of a deadline.
+const GROUP: u64 = 1 << 63;
 
 pub struct Watchdog {
     pid: libc::pid_t,
@@ -33,16 +35,12 @@ fn kernel_ns(deadline: Instant) -> u64 {
 }
 
 impl Watchdog {
-    /// Watch the process group `pgid`. The watchdog acts a little after the moments the
+    /// Start watching, before the child exists (so that a dlock stopped right after starting
+    /// the child is already covered); `arm` then names the child's process group. The watchdog acts a little after the moments the
     /// supervisor uses (SIGTERM at `deadline - grace`, SIGKILL at `deadline - margin`), so a
     /// running dlock always acts first and the child never gets a signal twice; a dlock that
     /// cannot act still has its child stopped before the deadline.
-    pub fn start(
-        pgid: u32,
-        deadline: Instant,
-        grace: Duration,
-        margin: Duration,
-    ) -> io::Result<Watchdog> {
+    pub fn start(deadline: Instant, grace: Duration, margin: Duration) -> io::Result<Watchdog> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: fds has room for the two descriptors.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -63,7 +61,7 @@ impl Watchdog {
             }
             0 => {
                 // SAFETY: in the forked child; see `watch`.
-                unsafe { watch(fds, pgid as libc::pid_t, first, grace, margin) }
+                unsafe { watch(fds, first, grace, margin) }
             }
             pid => {
                 // SAFETY: the read end is the watchdog's now.
@@ -73,9 +71,18 @@ impl Watchdog {
         }
     }
 
+    /// The child runs in process group `pgid`: the group to stop.
+    pub fn arm(&self, pgid: u32) {
+        self.send(GROUP | pgid as u64);
+    }
+
     /// The lease was renewed: the new deadline.
     pub fn push(&self, deadline: Instant) {
-        let b = kernel_ns(deadline).to_ne_bytes();
+        self.send(kernel_ns(deadline));
+    }
+
+    fn send(&self, message: u64) {
+        let b = message.to_ne_bytes();
         // SAFETY: writing 8 bytes from a valid buffer; a pipe write this small is atomic. If
         // the watchdog is gone the write fails (SIGPIPE is ignored by Rust programs).
         unsafe { libc::write(self.fd, b.as_ptr().cast(), b.len()) };
@@ -83,9 +90,7 @@ impl Watchdog {
 
     /// dlock has sent SIGTERM itself: the watchdog is left only the SIGKILL.
     pub fn terminated(&self) {
-        let b = TERMINATED.to_ne_bytes();
-        // SAFETY: as in push.
-        unsafe { libc::write(self.fd, b.as_ptr().cast(), b.len()) };
+        self.send(TERMINATED);
     }
 
     /// End the watchdog; true if it had stopped the command.
@@ -121,13 +126,7 @@ fn now_ns() -> u64 {
 
 /// The watchdog's whole life, in the forked child of a multithreaded process: only
 /// async-signal-safe calls, no allocation, never returns.
-unsafe fn watch(
-    fds: [libc::c_int; 2],
-    pgid: libc::pid_t,
-    mut deadline: u64,
-    grace: u64,
-    margin: u64,
-) -> ! {
+unsafe fn watch(fds: [libc::c_int; 2], mut deadline: u64, grace: u64, margin: u64) -> ! {
     unsafe {
         libc::close(fds[1]);
         // Out of dlock's process group (a stop or interrupt aimed at dlock's job leaves the
@@ -140,22 +139,29 @@ unsafe fn watch(
         for s in super::signals::FORWARDED {
             libc::signal(s, libc::SIG_DFL);
         }
+        // Nothing to stop until dlock names the child's group.
+        let mut pgid: libc::pid_t = 0;
         let mut term_sent = false;
         let mut buf = [0u8; 64];
         loop {
             let now = now_ns();
             let term_at = deadline.saturating_sub(grace - grace / 4);
             let kill_at = deadline.saturating_sub(margin / 2);
-            if now >= kill_at {
+            if pgid != 0 && now >= kill_at {
                 libc::kill(-pgid, libc::SIGKILL);
                 libc::_exit(FIRED);
             }
-            if !term_sent && now >= term_at {
+            if pgid != 0 && !term_sent && now >= term_at {
                 libc::kill(-pgid, libc::SIGTERM);
                 term_sent = true;
             }
             let next = if term_sent { kill_at } else { term_at };
-            let wait = next - now;
+            // Without a group yet, wait for dlock's next message however long it takes.
+            let wait = if pgid == 0 {
+                3_600_000_000_000
+            } else {
+                next.saturating_sub(now)
+            };
             let ts = libc::timespec {
                 tv_sec: (wait / 1_000_000_000) as libc::time_t,
                 tv_nsec: (wait % 1_000_000_000) as libc::c_long,
@@ -188,6 +194,7 @@ unsafe fn watch(
                 b.copy_from_slice(&buf[last..last + 8]);
                 match u64::from_ne_bytes(b) {
                     TERMINATED => term_sent = true,
+                    g if g & GROUP != 0 => pgid = (g & !GROUP) as libc::pid_t,
                     d => deadline = d,
                 }
             }
