@@ -91,6 +91,11 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
         }
         _ => None,
     };
+    if ttl.is_some()
+        && let Err(e) = trust_clock()
+    {
+        return Err((out, e));
+    }
     let engine = match open_engine(&cli.global, ttl).await {
         Ok(e) => e,
         Err(e) => return Err((out, e)),
@@ -102,6 +107,22 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
     };
     let result = crate::commands::run(cli.command, &ctx).await;
     result.map_err(|e| (ctx.out, e))
+}
+
+/// Leases are timed on the process's monotonic clock (the runtime's timers, the client's
+/// conservative deadline, renewals). If that clock is not the kernel's, as under libfaketime,
+/// a lease could outlive its deadline unnoticed: refuse to take or extend one rather than let
+/// a bent clock admit two holders.
+fn trust_clock() -> Result<()> {
+    let skew = crate::sys::clock_skew();
+    if skew > Duration::from_millis(500) {
+        return Err(Error::failure(format!(
+            "this process's monotonic clock is {} away from the kernel's (a preloaded \
+             libfaketime?); dlock will not time leases on it: run dlock without it",
+            humantime::format_duration(Duration::from_millis(skew.as_millis() as u64))
+        )));
+    }
+    Ok(())
 }
 
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.

@@ -12,17 +12,57 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
-/// Time since boot, counting suspend: the file store's clock. Every process on the host reads
-/// the same value, and it never jumps with the wall clock.
-pub fn boottime() -> Duration {
+/// Read a kernel clock by raw syscall. Going around libc's `clock_gettime` is the point: a
+/// preloaded library (libfaketime, as used to test date logic) replaces that symbol and with
+/// it CLOCK_MONOTONIC and CLOCK_BOOTTIME, which would let one process misjudge every lease.
+fn kernel_clock(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: ts is a valid, writable timespec; CLOCK_BOOTTIME exists on every Linux we run on.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_BOOTTIME is unavailable");
+    // SAFETY: ts is a valid, writable timespec for the kernel to fill in.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            clock,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    assert_eq!(rc, 0, "clock_gettime({clock}) failed");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Time since boot, counting suspend: the file store's clock. Every process on the host reads
+/// the same value, and it never jumps with the wall clock.
+pub fn boottime() -> Duration {
+    kernel_clock(libc::CLOCK_BOOTTIME)
+}
+
+/// The kernel's CLOCK_MONOTONIC, whatever the process's libc says.
+pub fn monotonic() -> Duration {
+    kernel_clock(libc::CLOCK_MONOTONIC)
+}
+
+/// How far the monotonic clock the process sees through libc (and so every timer of the
+/// async runtime) is from the kernel's. Zero on an honest host; large under libfaketime.
+pub fn clock_skew() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let before = monotonic();
+    // SAFETY: ts is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let after = monotonic();
+    let seen = Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    );
+    if seen < before {
+        before - seen
+    } else {
+        seen.saturating_sub(after)
+    }
 }
 
 /// Identifies this boot: a file store deadline from another boot is long past.

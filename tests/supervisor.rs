@@ -250,3 +250,36 @@ fn a_frozen_redis_stops_the_child_before_the_lease_runs_out() {
         "a second holder entered while the first child ran"
     );
 }
+
+/// A stopped dlock cannot stop its child itself. Its child must still be gone before the
+/// lease can run out, so that nobody else enters while it runs; dlock reports the loss (70)
+/// once it runs again.
+#[test]
+fn a_stopped_dlock_run_still_stops_its_child_before_the_lease_runs_out() {
+    let env = Env::file();
+    let pidfile = env.path("child.pid");
+    let script = format!(
+        "echo $$ > {}; while :; do sleep 0.02; done",
+        pidfile.display()
+    );
+    let mut holder = spawn_run(&env, &["job", "--ttl", "1s"], &script);
+    assert!(wait_for(Duration::from_secs(10), || !read(&pidfile).is_empty()));
+    let child: u32 = read(&pidfile).trim().parse().unwrap();
+    signal(holder.id(), libc::SIGSTOP);
+    let stopped = Instant::now();
+    let gone = wait_for(Duration::from_secs(5), || !running(child));
+    let took = stopped.elapsed();
+    // Someone else gets the lock, but only once the child is gone.
+    let next = env.run(&["lock", "job", "-w", "5s"]);
+    let child_ran_on = running(child);
+    signal(holder.id(), libc::SIGCONT);
+    let status = wait_child(&mut holder, Duration::from_secs(10)).expect("dlock exits");
+    assert!(gone, "the child of a stopped dlock ran on for {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the child outlived the lease: {took:?}"
+    );
+    assert_code(&next, 0);
+    assert!(!child_ran_on);
+    assert_eq!(status.code(), Some(70));
+}

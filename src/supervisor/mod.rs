@@ -7,6 +7,7 @@
 //! lets the lease go. If dlock dies, the kernel kills the child (parent-death signal).
 
 pub mod signals;
+pub mod watchdog;
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -59,14 +60,30 @@ pub async fn supervise(
     // Catch the forwarded signals before the child exists, so none is lost in between.
     let mut signals = Signals::catch(&FORWARDED)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
+    let margin = (grace / 4).max(Duration::from_millis(10));
+    let dog = match watchdog::Watchdog::start(lease.deadline, grace, margin) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            out.warn(&format!(
+                "cannot start the watchdog ({e}); the command is stopped in time only while dlock runs"
+            ));
+            None
+        }
+    };
     let mut child = match spawn(&lease, command) {
         Ok(c) => c,
         Err(e) => {
+            if let Some(d) = dog {
+                d.stop();
+            }
             ctx.engine.release(&lease.req.names, &lease.req.token).await;
             return Err(e);
         }
     };
     let pgid = child.id().unwrap_or(0);
+    if let Some(d) = &dog {
+        d.arm(pgid);
+    }
     let terminal = sys::Foreground::give(pgid);
     out.debug(&format!(
         "started {:?} as pid {pgid} under fence {}",
@@ -79,6 +96,7 @@ pub async fn supervise(
         trouble: None,
     });
     let renewer = tokio::spawn(keep_alive(ctx.engine.clone(), lease.clone(), tx));
+    let mut pushed = lease.deadline;
 
     let mut term_sent = false;
     let mut kill_sent = false;
@@ -86,7 +104,12 @@ pub async fn supervise(
     let mut renewer_done = false;
     let status = loop {
         let health = rx.borrow().clone();
-        let margin = (grace / 4).max(Duration::from_millis(10));
+        if health.deadline != pushed {
+            pushed = health.deadline;
+            if let Some(d) = &dog {
+                d.push(pushed);
+            }
+        }
         let mut kill_at = health.deadline - margin;
         let term_at = health.deadline - grace;
         if let Some(why) = &health.lost {
@@ -94,6 +117,9 @@ pub async fn supervise(
                 lost = Some(why.clone());
                 out.error(&format!("{why}; stopping the command"));
                 let _ = sys::kill_group(pgid, libc::SIGTERM);
+                if let Some(d) = &dog {
+                    d.terminated();
+                }
                 term_sent = true;
             }
             kill_at = kill_at.min(Instant::now() + grace);
@@ -115,6 +141,9 @@ pub async fn supervise(
                 );
                 out.error(&format!("{why}; sending SIGTERM to the command"));
                 let _ = sys::kill_group(pgid, libc::SIGTERM);
+                if let Some(d) = &dog {
+                    d.terminated();
+                }
                 lost.get_or_insert(why);
                 term_sent = true;
             }
@@ -127,6 +156,17 @@ pub async fn supervise(
     };
     renewer.abort();
     drop(terminal);
+    if dog.is_some_and(|d| d.stop()) && lost.is_none() {
+        // dlock could not act in time (it was stopped or starved) and the watchdog stopped
+        // the command at the deadline: the lease is gone as surely as if we had seen it go.
+        let why = format!(
+            "the lease on {} ran out while dlock could not renew it (was dlock stopped?); \
+             the watchdog stopped the command",
+            lease.req.names.join(", ")
+        );
+        out.error(&why);
+        lost = Some(why);
+    }
     if lost.is_some() {
         // Whatever the child left running in its group must not outlive the lease either.
         let _ = sys::kill_group(pgid, libc::SIGKILL);

@@ -196,6 +196,28 @@ pub fn signal(pid: u32, sig: i32) {
     }
 }
 
+/// Running and not a zombie (a killed child whose parent is stopped stays a zombie).
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, r)| r.trim_start().chars().next()),
+            Some('Z') | Some('X') | None
+        ),
+        Err(_) => false,
+    }
+}
+
+/// libfaketime's preload library, for tests of a client whose clock is bent.
+pub fn libfaketime() -> PathBuf {
+    let p = PathBuf::from("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1");
+    assert!(
+        p.is_file(),
+        "libfaketime is not installed: run `apt-get install -y faketime`"
+    );
+    p
+}
+
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }

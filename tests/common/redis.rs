@@ -272,3 +272,19 @@ fn info(node: &RedisServer, command: &str) -> String {
     }
     String::from_utf8_lossy(&body).into_owned()
 }
+impl RedisServer {
+    /// Start a killed server again on the same port with its data directory emptied, as a
+    /// machine that lost its disk would.
+    pub fn start_again_empty(&mut self) {
+        self.kill();
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            let p = entry.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+        self.boot();
+    }
+}

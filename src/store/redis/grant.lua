@@ -19,6 +19,11 @@ if busy then
         redis.call('ZADD', w, redis.call('HINCRBY', f, 'wseq', 1), token)
       end
       redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode)
+      -- A waiter that can no longer clean up after itself (killed, or cut off from the server
+      -- when it gave up) must not leave the queue behind for good: the queue lives only as
+      -- long as some waiter keeps coming back.
+      redis.call('PEXPIRE', w, tonumber(ARGV[6]))
+      redis.call('PEXPIRE', wd, tonumber(ARGV[6]))
     end
   end
   return {0, retry or -1}

@@ -75,8 +75,12 @@ pub struct RedisStore {
 /// Map a Redis client error to what it means for dlock (and its exit code).
 pub fn classify(e: RedisError) -> StoreError {
     let code = e.code().unwrap_or("");
+    // A server with a password answers a long first command from a client that has not
+    // authenticated (dlock's first is a script) not with NOAUTH but with a protocol error
+    // about an "unauthenticated" request, and hangs up: that is a refusal too.
     if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
+        || e.to_string().contains("unauthenticated")
     {
         return StoreError::Refused(format!(
             "refused: {e} (check the user and password: in the URL, ?password_file=, \

@@ -1,0 +1,46 @@
+//! Store URLs come from flags and the environment: any string parses or is refused with a
+//! message, never a panic; what parses prints without its password, and what it prints
+//! parses again to the same store.
+#![no_main]
+
+use dlock::store::StoreUrl;
+use dlock::store::url::{parse_with_env, split_list};
+use libfuzzer_sys::fuzz_target;
+
+/// No environment: the run must not depend on this machine's variables.
+fn parse(s: &str) -> Result<StoreUrl, String> {
+    parse_with_env(s, &|_| None)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    match parse(s) {
+        Ok(url) => {
+            let shown = url.to_string();
+            let server = match &url {
+                StoreUrl::File { .. } => None,
+                StoreUrl::Redis(u)
+                | StoreUrl::RedisCluster(u)
+                | StoreUrl::Etcd(u)
+                | StoreUrl::Zk(u) => Some(u),
+            };
+            if let Some(u) = server {
+                if let Some(p) = &u.password {
+                    assert!(
+                        !shown.contains(&format!(":{p}@")),
+                        "{s:?} shows its password: {shown:?}"
+                    );
+                }
+                let again = parse(&shown)
+                    .unwrap_or_else(|e| panic!("{s:?} parsed, its display {shown:?} not: {e}"));
+                assert_eq!(again.to_string(), shown, "{s:?}");
+            }
+        }
+        Err(msg) => assert!(!msg.is_empty() && !msg.contains('\n'), "{s:?}: {msg:?}"),
+    }
+    for part in split_list(s) {
+        let _ = parse(&part);
+    }
+});

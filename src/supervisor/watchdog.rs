@@ -1,0 +1,203 @@
+//! The second line of defence of `run`: a small forked process that stops the child's group
+//! at the lease deadline unless dlock keeps pushing the deadline out.
+//!
+//! dlock itself stops the child before its lease can run out, but only while dlock runs. A
+//! dlock that is frozen (SIGSTOP, a debugger, a stopped job) cannot act, while its child, in a
+//! process group of its own, runs on after the store has let the lease go and someone else
+//! has entered. The watchdog is a separate process in a group of its own, so freezing dlock
+//! does not freeze it; it times the deadline on the kernel's monotonic clock by raw syscalls,
+//! and does nothing else: after the fork it may only make async-signal-safe calls.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::sys;
+
+/// The watchdog's exit status when it had to stop the command.
+const FIRED: i32 = 3;
+/// Sent instead of a deadline: dlock has sent SIGTERM itself.
+const TERMINATED: u64 = u64::MAX;
+/// Marks a message that carries the child's process group instead of a deadline.
+const GROUP: u64 = 1 << 63;
+
+pub struct Watchdog {
+    pid: libc::pid_t,
+    /// Write end of the pipe the deadlines go through; closing it ends the watchdog.
+    fd: libc::c_int,
+}
+
+/// A deadline on the runtime's clock as kernel CLOCK_MONOTONIC nanoseconds.
+fn kernel_ns(deadline: Instant) -> u64 {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (sys::monotonic() + left).as_nanos() as u64
+}
+
+impl Watchdog {
+    /// Start watching, before the child exists (so that a dlock stopped right after starting
+    /// the child is already covered); `arm` then names the child's process group. The watchdog acts a little after the moments the
+    /// supervisor uses (SIGTERM at `deadline - grace`, SIGKILL at `deadline - margin`), so a
+    /// running dlock always acts first and the child never gets a signal twice; a dlock that
+    /// cannot act still has its child stopped before the deadline.
+    pub fn start(deadline: Instant, grace: Duration, margin: Duration) -> io::Result<Watchdog> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: fds has room for the two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let first = kernel_ns(deadline);
+        let (grace, margin) = (grace.as_nanos() as u64, margin.as_nanos() as u64);
+        // SAFETY: the child runs only `watch`, which makes raw syscalls and allocates nothing.
+        match unsafe { libc::fork() } {
+            -1 => {
+                let e = io::Error::last_os_error();
+                // SAFETY: closing descriptors we own.
+                unsafe {
+                    libc::close(fds[0]);
+                    libc::close(fds[1]);
+                }
+                Err(e)
+            }
+            0 => {
+                // SAFETY: in the forked child; see `watch`.
+                unsafe { watch(fds, first, grace, margin) }
+            }
+            pid => {
+                // SAFETY: the read end is the watchdog's now.
+                unsafe { libc::close(fds[0]) };
+                Ok(Watchdog { pid, fd: fds[1] })
+            }
+        }
+    }
+
+    /// The child runs in process group `pgid`: the group to stop.
+    pub fn arm(&self, pgid: u32) {
+        self.send(GROUP | pgid as u64);
+    }
+
+    /// The lease was renewed: the new deadline.
+    pub fn push(&self, deadline: Instant) {
+        self.send(kernel_ns(deadline));
+    }
+
+    fn send(&self, message: u64) {
+        let b = message.to_ne_bytes();
+        // SAFETY: writing 8 bytes from a valid buffer; a pipe write this small is atomic. If
+        // the watchdog is gone the write fails (SIGPIPE is ignored by Rust programs).
+        unsafe { libc::write(self.fd, b.as_ptr().cast(), b.len()) };
+    }
+
+    /// dlock has sent SIGTERM itself: the watchdog is left only the SIGKILL.
+    pub fn terminated(&self) {
+        self.send(TERMINATED);
+    }
+
+    /// End the watchdog; true if it had stopped the command.
+    pub fn stop(self) -> bool {
+        let mut status = 0;
+        // SAFETY: closing our write end gives the watchdog end-of-file, and it exits; then we
+        // reap it, retrying on EINTR.
+        unsafe {
+            libc::close(self.fd);
+            while libc::waitpid(self.pid, &mut status, 0) < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == FIRED
+    }
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a raw syscall filling a valid timespec (async-signal-safe).
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The watchdog's whole life, in the forked child of a multithreaded process: only
+/// async-signal-safe calls, no allocation, never returns.
+unsafe fn watch(fds: [libc::c_int; 2], mut deadline: u64, grace: u64, margin: u64) -> ! {
+    unsafe {
+        libc::close(fds[1]);
+        // Out of dlock's process group (a stop or interrupt aimed at dlock's job leaves the
+        // watchdog running) and away from its terminal and pipes.
+        libc::setpgid(0, 0);
+        for fd in 0..3 {
+            libc::close(fd);
+        }
+        // dlock's handlers were inherited: a SIGTERM for the watchdog should end it.
+        for s in super::signals::FORWARDED {
+            libc::signal(s, libc::SIG_DFL);
+        }
+        // Nothing to stop until dlock names the child's group.
+        let mut pgid: libc::pid_t = 0;
+        let mut term_sent = false;
+        let mut buf = [0u8; 64];
+        loop {
+            let now = now_ns();
+            let term_at = deadline.saturating_sub(grace - grace / 4);
+            let kill_at = deadline.saturating_sub(margin / 2);
+            if pgid != 0 && now >= kill_at {
+                libc::kill(-pgid, libc::SIGKILL);
+                libc::_exit(FIRED);
+            }
+            if pgid != 0 && !term_sent && now >= term_at {
+                libc::kill(-pgid, libc::SIGTERM);
+                term_sent = true;
+            }
+            let next = if term_sent { kill_at } else { term_at };
+            // Without a group yet, wait for dlock's next message however long it takes.
+            let wait = if pgid == 0 {
+                3_600_000_000_000
+            } else {
+                next.saturating_sub(now)
+            };
+            let ts = libc::timespec {
+                tv_sec: (wait / 1_000_000_000) as libc::time_t,
+                tv_nsec: (wait % 1_000_000_000) as libc::c_long,
+            };
+            let mut pfd = libc::pollfd {
+                fd: fds[0],
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // Raw ppoll: a preloaded library cannot stretch this timeout either.
+            let rc = libc::syscall(
+                libc::SYS_ppoll,
+                &mut pfd as *mut libc::pollfd,
+                1 as libc::nfds_t,
+                &ts as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            );
+            if rc <= 0 {
+                continue;
+            }
+            let n = libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len());
+            if n == 0 {
+                // dlock closed its end (or died): nothing left to watch.
+                libc::_exit(0);
+            }
+            if n >= 8 {
+                let last = (n as usize / 8 - 1) * 8;
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf[last..last + 8]);
+                match u64::from_ne_bytes(b) {
+                    TERMINATED => term_sent = true,
+                    g if g & GROUP != 0 => pgid = (g & !GROUP) as libc::pid_t,
+                    d => deadline = d,
+                }
+            }
+        }
+    }
+}

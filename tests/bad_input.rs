@@ -1,0 +1,318 @@
+//! Bad input, as a table: malformed and hostile URLs, durations, names, tokens, unreachable
+//! stores, wrong passwords and TLS against a plain port. Each case gets one line on stderr,
+//! its pinned exit code, no panic, nothing on stdout, and leaves the leases already held on
+//! the file store and on Redis exactly as they were.
+
+mod common;
+
+use common::redis::RedisServer;
+use common::*;
+
+/// One held lease as `inspect --json` shows it: (owner, fence).
+fn lease(env: &Env, name: &str) -> (String, u64) {
+    let o = env.run(&["--json", "inspect", name]);
+    assert_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["held"], true, "{v}");
+    let h = &v["holders"][0];
+    (
+        h["owner"].as_str().unwrap().to_string(),
+        h["fence"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
+    let plain = RedisServer::start();
+    let guarded = RedisServer::start_with(&["--requirepass", "right"]);
+    let env = Env::file();
+    let on_redis = Env::with_stores(vec![plain.url()]);
+    assert_code(&env.run(&["lock", "held", "--ttl", "5m"]), 0);
+    assert_code(&on_redis.run(&["lock", "held", "--ttl", "5m"]), 0);
+    let before = (lease(&env, "held"), lease(&on_redis, "held"));
+
+    let p = plain.port;
+    let g = guarded.port;
+    let ten_k = "n".repeat(10 * 1024);
+    let stranger = "0123456789abcdef0123456789abcdef";
+    let s = |v: &str| v.to_string();
+    let redis = plain.url();
+    let wrong_pw = format!("redis://:wrong@127.0.0.1:{g}");
+    let no_pw = format!("redis://127.0.0.1:{g}");
+    let tls_plain = format!("rediss://127.0.0.1:{p}");
+    let missing_pw_file = format!("redis://127.0.0.1:{p}?password_file=/nonexistent/pw");
+    // (arguments, exit code); every case names the held lock where it can, so a bug that
+    // acted before refusing would show in the lease check below.
+    let cases: Vec<(Vec<String>, i32)> = vec![
+        // Store URLs.
+        (
+            vec![s("--store"), s("localhost:6379"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store"), s("mysql://h/db"), s("lock"), s("held")],
+            64,
+        ),
+        (vec![s("--store"), s("http://h"), s("lock"), s("held")], 64),
+        (
+            vec![s("--store"), s("redis://h:99999"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store"), s("redis://h:0"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store"), s("redis://h:port"), s("lock"), s("held")],
+            64,
+        ),
+        (vec![s("--store"), s("redis://"), s("lock"), s("held")], 64),
+        (
+            vec![s("--store"), s("redis://a,b"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store"), s("redis://[::1"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store"), s("redis://h\n:1"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store"), s("file://relative/dir"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
+                s("redis://h?nonsense=1"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
+                s("redis://h/notanumber"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
+        (
+            vec![s("--store"), s("bogus://u:hunter2@h"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
+                redis.clone(),
+                s("--store"),
+                redis.clone(),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
+        (
+            vec![s("--store"), missing_pw_file, s("lock"), s("held")],
+            64,
+        ),
+        // Stores that cannot be used.
+        (
+            vec![s("--store"), s("redis://127.0.0.1:1"), s("lock"), s("held")],
+            69,
+        ),
+        (
+            vec![
+                s("--store"),
+                redis.clone(),
+                s("--store"),
+                s("redis://127.0.0.1:1"),
+                s("--store"),
+                s("redis://127.0.0.1:2"),
+                s("lock"),
+                s("held"),
+                s("-n"),
+            ],
+            69,
+        ),
+        (
+            vec![s("--store"), tls_plain.clone(), s("lock"), s("held")],
+            69,
+        ),
+        (vec![s("--store"), tls_plain, s("inspect"), s("held")], 69),
+        (
+            vec![s("--store"), wrong_pw.clone(), s("lock"), s("held")],
+            77,
+        ),
+        (
+            vec![s("--store"), wrong_pw, s("unlock"), s("held"), s("--force")],
+            77,
+        ),
+        (vec![s("--store"), no_pw, s("lock"), s("held")], 77),
+        // Durations.
+        (vec![s("lock"), s("held"), s("--ttl"), s("0")], 64),
+        (vec![s("lock"), s("held"), s("--ttl"), s("0s")], 64),
+        (vec![s("lock"), s("held"), s("--ttl"), s("-5s")], 64),
+        (vec![s("lock"), s("held"), s("--ttl"), s("99ms")], 64),
+        (vec![s("lock"), s("held"), s("--ttl"), s("9999999d")], 64),
+        (
+            vec![s("lock"), s("held"), s("--ttl"), s("18446744073709551616s")],
+            64,
+        ),
+        (vec![s("lock"), s("held"), s("--ttl"), s("soon")], 64),
+        (vec![s("lock"), s("held"), s("--ttl"), s("")], 64),
+        (vec![s("lock"), s("held"), s("--ttl"), s("5 parsecs")], 64),
+        (vec![s("lock"), s("held"), s("-w"), s("forever")], 64),
+        (vec![s("lock"), s("held"), s("-w"), s("-1s")], 64),
+        (vec![s("lock"), s("held"), s("-w"), s("1s"), s("-n")], 64),
+        (
+            vec![
+                s("run"),
+                s("held"),
+                s("--kill-grace"),
+                s("0s"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("run"),
+                s("held"),
+                s("--ttl"),
+                s("1s"),
+                s("--kill-grace"),
+                s("900ms"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
+        (
+            vec![s("--store-timeout"), s("0ms"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![s("--store-timeout"), s("40s"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![
+                s("extend"),
+                s("held"),
+                s("--token"),
+                s(stranger),
+                s("--ttl"),
+                s("never"),
+            ],
+            64,
+        ),
+        // Names.
+        (vec![s("lock"), s("")], 64),
+        (vec![s("lock"), ten_k.clone()], 64),
+        (vec![s("inspect"), ten_k], 64),
+        (vec![s("lock"), s("ctl\u{1}char")], 64),
+        (vec![s("lock"), s("new\nline")], 64),
+        (vec![s("lock"), s("tab\there")], 64),
+        (vec![s("lock"), s("esc\u{1b}[31m")], 64),
+        (vec![s("lock"), s("../x")], 64),
+        (vec![s("lock"), s("../../etc/passwd")], 64),
+        (vec![s("lock"), s("a/../held")], 64),
+        (vec![s("lock"), s("/abs")], 64),
+        (vec![s("lock"), s(".hidden")], 64),
+        (vec![s("lock"), s("a//b")], 64),
+        (vec![s("lock"), s("a b")], 64),
+        (vec![s("lock"), s("ünï")], 64),
+        (vec![s("lock"), s("{held}")], 64),
+        (vec![s("--namespace"), s("a/b"), s("lock"), s("held")], 64),
+        (vec![s("--namespace"), s(""), s("lock"), s("held")], 64),
+        (vec![s("--namespace"), s("x:y"), s("lock"), s("held")], 64),
+        // Tokens.
+        (vec![s("unlock"), s("held")], 64),
+        (vec![s("unlock"), s("held"), s("--token"), s("nothex")], 64),
+        (vec![s("unlock"), s("held"), s("--token"), s("")], 64),
+        (
+            vec![s("unlock"), s("held"), s("--token"), "g".repeat(32)],
+            64,
+        ),
+        (
+            vec![s("unlock"), s("held"), s("--token"), format!("{stranger}0")],
+            64,
+        ),
+        (
+            vec![
+                s("unlock"),
+                s("held"),
+                s("--token"),
+                s(stranger),
+                s("--force"),
+            ],
+            64,
+        ),
+        (vec![s("extend"), s("held")], 64),
+        (vec![s("unlock"), s("held"), s("--token"), s(stranger)], 1),
+        (vec![s("extend"), s("held"), s("--token"), s(stranger)], 1),
+        (
+            vec![
+                s("--store"),
+                redis.clone(),
+                s("unlock"),
+                s("held"),
+                s("--token"),
+                s(stranger),
+            ],
+            1,
+        ),
+        (
+            vec![
+                s("--store"),
+                redis,
+                s("extend"),
+                s("held"),
+                s("--token"),
+                s(stranger),
+            ],
+            1,
+        ),
+        // Everything else on the command line.
+        (
+            vec![s("lock"), s("held"), s("--shared"), s("--limit"), s("2")],
+            64,
+        ),
+        (vec![s("lock"), s("held"), s("--limit"), s("0")], 64),
+        (vec![s("lock"), s("held"), s("--limit"), s("-1")], 64),
+        (vec![s("run"), s("held")], 64),
+        (vec![s("--color"), s("sometimes"), s("list")], 64),
+        (vec![s("frobnicate")], 64),
+        (vec![s("lock"), s("held"), s("--frob")], 64),
+        (vec![s("completions"), s("tcsh")], 64),
+    ];
+    assert!(cases.len() >= 40);
+    for (args, expected) in &cases {
+        let o = env.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let err = stderr(&o);
+        let shown: Vec<String> = args.iter().map(|a| a.chars().take(40).collect()).collect();
+        assert_eq!(
+            o.status.code(),
+            Some(*expected),
+            "{shown:?}: expected exit {expected}, stderr: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{shown:?} said:\n{err}");
+        assert!(!err.contains("panicked"), "{shown:?}: {err}");
+        assert!(
+            !err.contains("hunter2") && !err.contains("wrong"),
+            "{shown:?}: {err}"
+        );
+        assert!(stdout(&o).is_empty(), "{shown:?} printed {}", stdout(&o));
+        assert_eq!(
+            (lease(&env, "held"), lease(&on_redis, "held")),
+            before,
+            "{shown:?} changed a lease"
+        );
+    }
+}

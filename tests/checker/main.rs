@@ -1,0 +1,929 @@
+//! The fault-injection checker: K clients loop `dlock run` (the real binary) against one store
+//! setup while faults are injected on a schedule, and every critical section is checked
+//! afterwards for overlaps, fence order, stuck locks and leftovers.
+//!
+//! It is an integration test with its own `main` (harness = false) rather than an example so
+//! that `cargo test` builds and runs it with no extra step, it gets `CARGO_BIN_EXE_dlock` and
+//! the shared server fixtures, and its own executable doubles as the critical-section child
+//! (`checker section ...`), which reads the kernel's monotonic clock directly.
+//!
+//! `cargo test --test checker` runs every setup at CI scale; on demand, full scale:
+//! `cargo test --release --test checker -- --full [SETUP...]`. See RELIABILITY.md.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::{Env, signal, temp_dir, wait_child};
+
+const NAME: &str = "checked";
+
+/// CLOCK_MONOTONIC straight from the kernel: a raw syscall, so that neither libfaketime (which
+/// the clock-jump victim runs under) nor anything else preloaded can bend the record.
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is valid for writes; the syscall only fills it in.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+// ---------------------------------------------------------------------------------------------
+// The critical section: the child of `dlock run`.
+
+/// `checker section LOG HOLD_US`: log entry, hold, log exit. Each line is one O_APPEND write,
+/// so lines from concurrent sections never tear. SIGTERM (dlock stopping us because the lease
+/// is going) still gets an exit line, with the time it came.
+fn section(log: &Path, hold: Duration) -> i32 {
+    static LOG_FD: AtomicU64 = AtomicU64::new(u64::MAX);
+    static LINE: Mutex<String> = Mutex::new(String::new());
+    let f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(log)
+        .expect("open the log");
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| "-".into());
+    let rest = format!(
+        "{} {} {} {} {}",
+        var("DLOCK_NAME"),
+        var("DLOCK_FENCE"),
+        var("DLOCK_TOKEN"),
+        std::process::id(),
+        var("CHECKER_CLIENT")
+    );
+    *LINE.lock().unwrap() = rest.clone();
+    use std::os::fd::IntoRawFd;
+    let fd = f.into_raw_fd();
+    LOG_FD.store(fd as u64, Ordering::SeqCst);
+    extern "C" fn on_term(_: libc::c_int) {
+        // Not strictly async-signal-safe (formatting allocates), but the main thread is
+        // asleep in nanosleep and holds no lock when this runs.
+        let fd = LOG_FD.load(Ordering::SeqCst) as i32;
+        if let Ok(rest) = LINE.try_lock() {
+            let line = format!("X {rest} {}\n", mono_ns());
+            // SAFETY: fd is the open log; the buffer is valid for its length.
+            unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+        }
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(143) };
+    }
+    // SAFETY: installing a handler; it only touches statics and async-signal-safe calls.
+    unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) };
+    let write = |kind: &str| {
+        let line = format!("{kind} {rest} {}\n", mono_ns());
+        // SAFETY: fd is the open log; the buffer is valid for its length.
+        let n = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+        assert_eq!(n as usize, line.len(), "short write to the log");
+    };
+    write("E");
+    // A plain nanosleep syscall: a preloaded libfaketime must not stretch the hold either.
+    let ts = libc::timespec {
+        tv_sec: hold.as_secs() as i64,
+        tv_nsec: hold.subsec_nanos() as i64,
+    };
+    let mut left = ts;
+    // SAFETY: both timespecs are valid; EINTR just ends the hold early.
+    unsafe {
+        libc::syscall(
+            libc::SYS_nanosleep,
+            &ts as *const libc::timespec,
+            &mut left as *mut libc::timespec,
+        )
+    };
+    write("X");
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// The record of every section, filled in as the log grows.
+
+#[derive(Clone, Debug)]
+struct Section {
+    fence: u64,
+    token: String,
+    pid: u32,
+    client: String,
+    enter: u64,
+    /// From its own exit line.
+    exit: Option<u64>,
+    /// When the checker saw the process gone without an exit line (killed).
+    died: Option<u64>,
+}
+
+impl Section {
+    fn end(&self) -> u64 {
+        self.exit.or(self.died).unwrap_or(u64::MAX)
+    }
+}
+
+#[derive(Default)]
+struct Record {
+    sections: Vec<Section>,
+    offset: usize,
+    partial: String,
+}
+
+impl Record {
+    /// Read what the log gained since last time; return true if anything new came.
+    fn pull(&mut self, log: &Path) -> bool {
+        let Ok(mut f) = std::fs::File::open(log) else {
+            return false;
+        };
+        use std::io::Seek;
+        if f.seek(std::io::SeekFrom::Start(self.offset as u64))
+            .is_err()
+        {
+            return false;
+        }
+        let mut buf = String::new();
+        let Ok(n) = f.read_to_string(&mut buf) else {
+            return false;
+        };
+        self.offset += n;
+        self.partial.push_str(&buf);
+        let mut new = false;
+        while let Some(nl) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=nl).collect();
+            let p: Vec<&str> = line.split_whitespace().collect();
+            if p.len() != 7 {
+                panic!("malformed log line {line:?}");
+            }
+            let (pid, t): (u32, u64) = (p[4].parse().unwrap(), p[6].parse().unwrap());
+            match p[0] {
+                "E" => self.sections.push(Section {
+                    fence: p[2].parse().unwrap_or(0),
+                    token: p[3].to_string(),
+                    pid,
+                    client: p[5].to_string(),
+                    enter: t,
+                    exit: None,
+                    died: None,
+                }),
+                _ => {
+                    if let Some(s) = self.sections.iter_mut().rev().find(|s| s.pid == pid) {
+                        s.exit.get_or_insert(t);
+                    }
+                }
+            }
+            new = true;
+        }
+        new
+    }
+
+    /// Mark sections whose process is gone without an exit line.
+    fn reap(&mut self) {
+        for s in self
+            .sections
+            .iter_mut()
+            .filter(|s| s.exit.is_none() && s.died.is_none())
+        {
+            if !process_running(s.pid) {
+                s.died = Some(mono_ns());
+            }
+        }
+    }
+}
+
+use common::running as process_running;
+
+// ---------------------------------------------------------------------------------------------
+// Setups and faults.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    /// SIGKILL the `dlock run` of a holder in its section (its child dies with it).
+    HolderKill,
+    /// SIGSTOP a holder's `dlock run` for twice the ttl while its child keeps running.
+    HolderStop,
+    /// A holder's process clock jumps back an hour mid-section (libfaketime).
+    ClockJump,
+    /// SIGSTOP a minority of store servers (the only one, on a single store) for twice the ttl.
+    StoreStop,
+    /// Kill a minority of servers and start them again at once from their append-only files.
+    RestartAof,
+    /// Kill a minority of servers, keep them down longer than the ttl, start them empty.
+    RestartEmpty,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::HolderKill => "holder-kill",
+            Fault::HolderStop => "holder-stop",
+            Fault::ClockJump => "clock-jump",
+            Fault::StoreStop => "store-stop",
+            Fault::RestartAof => "restart-aof",
+            Fault::RestartEmpty => "restart-empty",
+        }
+    }
+}
+
+const SETUPS: [&str; 4] = ["file", "redis", "quorum3", "quorum5"];
+
+enum Stores {
+    File(tempfile::TempDir),
+    Redis(Vec<RedisServer>),
+}
+
+struct Setup {
+    stores: Stores,
+    faults: Vec<Fault>,
+}
+
+impl Setup {
+    fn new(name: &'static str) -> Setup {
+        use Fault::*;
+        let redis = |n: usize| -> Vec<RedisServer> {
+            (0..n)
+                .map(|_| {
+                    RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+                })
+                .collect()
+        };
+        match name {
+            "file" => Setup {
+                stores: Stores::File(temp_dir()),
+                faults: vec![HolderKill, HolderStop, ClockJump],
+            },
+            // A single server cannot be restarted empty without losing its fence counter
+            // (README: fences need appendfsync always), so it only restarts from its AOF.
+            "redis" => Setup {
+                stores: Stores::Redis(redis(1)),
+                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, RestartAof],
+            },
+            "quorum3" | "quorum5" => Setup {
+                stores: Stores::Redis(redis(if name == "quorum3" { 3 } else { 5 })),
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    RestartAof,
+                    RestartEmpty,
+                ],
+            },
+            other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        match &self.stores {
+            Stores::File(d) => vec![format!("file://{}", d.path().display())],
+            Stores::Redis(s) => s.iter().map(|s| s.url()).collect(),
+        }
+    }
+
+    /// The servers a fault may take down: a minority (the one server of a single store).
+    fn minority(&self) -> usize {
+        match &self.stores {
+            Stores::Redis(s) if s.len() > 1 => (s.len() - 1) / 2,
+            _ => 1,
+        }
+    }
+
+    /// Keys or state files still there after every client finished. Redis keeps the per-name
+    /// fence record `dlock:{ns:name}:f` by design; the file store keeps its state file, which
+    /// must hold no holder.
+    fn leftovers(&self) -> Vec<String> {
+        match &self.stores {
+            Stores::File(d) => {
+                let mut out = Vec::new();
+                let ns = d.path().join("default");
+                for e in std::fs::read_dir(&ns).unwrap().flatten() {
+                    let f = e.file_name().to_string_lossy().to_string();
+                    if f == ".lock" {
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                    let empty = v["holders"].as_array().is_some_and(|h| h.is_empty());
+                    if !f.ends_with(".json") || !empty {
+                        out.push(format!("{f}: {text}"));
+                    }
+                }
+                out
+            }
+            Stores::Redis(servers) => servers
+                .iter()
+                .flat_map(|s| {
+                    s.keys()
+                        .into_iter()
+                        .filter(|k| !(k.starts_with("dlock:{") && k.ends_with("}:f")))
+                        .map(move |k| format!("{}: {k}", s.url()))
+                })
+                .collect(),
+        }
+    }
+}
+
+struct Config {
+    clients: usize,
+    sections: usize,
+    ttl: Duration,
+    hold: Duration,
+    /// Pause between two faults.
+    fault_gap: Duration,
+    /// Stop a setup that has not finished by then (reported as stalled).
+    limit: Duration,
+}
+
+/// What one fault did: when, to whom, and how it ended.
+#[derive(Debug)]
+struct Injected {
+    fault: Fault,
+    /// The victim client's id in the log, for holder faults.
+    victim: Option<String>,
+    /// When the holder died or froze (for the stuck-lock check).
+    at: Option<u64>,
+    outcome: String,
+}
+
+#[derive(Default)]
+struct Tally {
+    exits: Mutex<BTreeMap<i32, usize>>,
+    /// A sample of what dlock said when it ended with something other than 0.
+    said: Mutex<BTreeMap<i32, String>>,
+}
+
+impl Tally {
+    fn add(&self, code: i32, stderr: &str) {
+        *self.exits.lock().unwrap().entry(code).or_default() += 1;
+        if code != 0 {
+            self.said
+                .lock()
+                .unwrap()
+                .entry(code)
+                .or_insert_with(|| stderr.trim().to_string());
+        }
+    }
+}
+
+struct Run {
+    env: Env,
+    log: PathBuf,
+    cfg: Config,
+    record: Mutex<Record>,
+    tally: Tally,
+    done: AtomicBool,
+}
+
+impl Run {
+    fn dlock_run(&self, client: &str, hold: Duration) -> Command {
+        let mut c = self.env.cmd();
+        c.args(["run", NAME, "--ttl"])
+            .arg(humantime::format_duration(self.cfg.ttl).to_string())
+            .args(["-w", "60s", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .arg("section")
+            .arg(&self.log)
+            .arg(hold.as_micros().to_string())
+            .env("CHECKER_CLIENT", client)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn entered(&self) -> usize {
+        self.record.lock().unwrap().sections.len()
+    }
+
+    /// Wait until the client's section has begun; returns its child's pid. None if its dlock
+    /// ended first (refused) or it did not get in within `limit`.
+    fn wait_entered(&self, client: &str, dlock: &mut Child, limit: Duration) -> Option<u32> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            let exited = matches!(dlock.try_wait(), Ok(Some(_)));
+            if let Some(s) = self
+                .record
+                .lock()
+                .unwrap()
+                .sections
+                .iter()
+                .find(|s| s.client == client)
+            {
+                return Some(s.pid);
+            }
+            if exited {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+
+    fn wait_gone(&self, pid: u32, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if !process_running(pid) {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    fn finish(&self, child: &mut Child, limit: Duration) -> i32 {
+        let status = wait_child(child, limit);
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let code = match status {
+            Some(s) => s.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
+            }),
+            None => -1,
+        };
+        self.tally.add(code, &err);
+        code
+    }
+
+    fn client(&self, id: usize) {
+        let name = format!("c{id}");
+        while !self.done.load(Ordering::SeqCst) {
+            let mut c = self.dlock_run(&name, self.cfg.hold);
+            let mut child = c.spawn().expect("spawn dlock");
+            self.finish(&mut child, Duration::from_secs(120));
+        }
+    }
+
+    /// One holder fault: a victim with a section long enough to be caught in it.
+    fn holder_fault(&self, fault: Fault, n: usize) -> Injected {
+        let ttl = self.cfg.ttl;
+        let victim = format!("v{n}-{}", fault.name());
+        let jump_file = self.env.path(&format!("faketime-{n}"));
+        let mut cmd = self.dlock_run(&victim, ttl * 4);
+        if fault == Fault::ClockJump {
+            // The clock starts honest and is moved once the victim holds the lock.
+            std::fs::write(&jump_file, "+0\n").unwrap();
+            cmd.env("LD_PRELOAD", common::libfaketime())
+                .env("FAKETIME_TIMESTAMP_FILE", &jump_file)
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        let mut child = cmd.spawn().expect("spawn the victim");
+        let dlock_pid = child.id();
+        let Some(pid) = self.wait_entered(&victim, &mut child, Duration::from_secs(60)) else {
+            let code = self.finish(&mut child, Duration::from_secs(5));
+            let said = self.tally.said.lock().unwrap().get(&code).cloned();
+            return Injected {
+                fault,
+                victim: Some(victim),
+                at: None,
+                outcome: match code {
+                    // dlock refused to time a lease on the bent clock.
+                    1 => format!("refused, exit {code}: {}", said.unwrap_or_default()),
+                    // Still waiting when its -w ran out: no FIFO on this store.
+                    _ => format!("never entered, exit {code}: {}", said.unwrap_or_default()),
+                },
+            };
+        };
+        let mut at = None;
+        let outcome = match fault {
+            Fault::HolderKill => {
+                signal(dlock_pid, libc::SIGKILL);
+                at = Some(mono_ns());
+                let code = self.finish(&mut child, Duration::from_secs(10));
+                let gone = self.wait_gone(pid, Duration::from_secs(5));
+                format!("dlock exit {code}, child gone {gone}")
+            }
+            Fault::HolderStop => {
+                signal(dlock_pid, libc::SIGSTOP);
+                at = Some(mono_ns());
+                thread::sleep(ttl * 2);
+                signal(dlock_pid, libc::SIGCONT);
+                let code = self.finish(&mut child, ttl * 4 + Duration::from_secs(10));
+                format!("dlock exit {code}")
+            }
+            Fault::ClockJump => {
+                std::fs::write(&jump_file, "-1h\n").unwrap();
+                let code = self.finish(&mut child, ttl * 4 + Duration::from_secs(10));
+                format!("dlock exit {code}")
+            }
+            _ => unreachable!(),
+        };
+        Injected {
+            fault,
+            victim: Some(victim),
+            at,
+            outcome,
+        }
+    }
+
+    fn store_fault(&self, fault: Fault, setup: &mut Setup) -> Injected {
+        let ttl = self.cfg.ttl;
+        let k = setup.minority();
+        let Stores::Redis(servers) = &mut setup.stores else {
+            unreachable!("store faults are for Redis setups")
+        };
+        // Take the first k servers; which ones does not matter, all are alike.
+        let hit = &mut servers[..k];
+        match fault {
+            Fault::StoreStop => {
+                hit.iter().for_each(|s| s.pause());
+                thread::sleep(ttl * 2);
+                hit.iter().for_each(|s| s.resume());
+            }
+            Fault::RestartAof => {
+                for s in hit.iter_mut() {
+                    s.kill();
+                }
+                for s in hit.iter_mut() {
+                    s.restart();
+                }
+            }
+            Fault::RestartEmpty => {
+                for s in hit.iter_mut() {
+                    s.kill();
+                }
+                // README: a server that lost its data stays out longer than the longest ttl.
+                thread::sleep(ttl + ttl / 2);
+                for s in hit.iter_mut() {
+                    s.start_again_empty();
+                }
+            }
+            _ => unreachable!(),
+        }
+        Injected {
+            fault,
+            victim: None,
+            at: None,
+            outcome: format!("{k} of {} servers", servers.len()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking the record.
+
+#[derive(Debug, Default)]
+struct Summary {
+    sections: usize,
+    overlaps: usize,
+    /// Overlaps involving a victim of a fault beyond what the setup claims to survive.
+    excused: BTreeMap<&'static str, usize>,
+    fence_regressions: usize,
+    stuck: usize,
+    /// Longest wait from a holder's death or freeze to the next entry.
+    max_gap_ms: u64,
+    left_behind: usize,
+    details: Vec<String>,
+}
+
+fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) -> Summary {
+    let mut s = Summary {
+        sections: record.sections.len(),
+        ..Summary::default()
+    };
+    let mut secs = record.sections.clone();
+    secs.sort_by_key(|s| s.enter);
+    let fault_of = |client: &str| {
+        faults
+            .iter()
+            .find(|f| f.victim.as_deref() == Some(client))
+            .map(|f| f.fault)
+    };
+    // Overlaps: every pair of sections whose intervals intersect.
+    let mut active: Vec<&Section> = Vec::new();
+    for cur in &secs {
+        active.retain(|a| a.end() > cur.enter);
+        for a in &active {
+            let excuse = [fault_of(&a.client), fault_of(&cur.client)]
+                .into_iter()
+                .flatten()
+                .find(|f| beyond.contains(f));
+            match excuse {
+                Some(f) => *s.excused.entry(f.name()).or_default() += 1,
+                None => {
+                    s.overlaps += 1;
+                    if s.details.len() < 10 {
+                        s.details.push(format!(
+                            "overlap: {} (fence {}, token {}, {}..{}) and {} (fence {}, {}..{})",
+                            a.client,
+                            a.fence,
+                            a.token,
+                            a.enter,
+                            a.end(),
+                            cur.client,
+                            cur.fence,
+                            cur.enter,
+                            cur.end()
+                        ));
+                    }
+                }
+            }
+        }
+        active.push(cur);
+    }
+    // Fences: strictly rising in entry order.
+    let mut top = 0;
+    for cur in &secs {
+        if cur.fence <= top {
+            s.fence_regressions += 1;
+            if s.details.len() < 20 {
+                s.details.push(format!(
+                    "fence regression: {} entered with fence {} after fence {top}",
+                    cur.client, cur.fence
+                ));
+            }
+        }
+        top = top.max(cur.fence);
+    }
+    // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
+    // time a waiter takes to notice and ask again).
+    let slack = (ttl / 2).max(Duration::from_millis(500));
+    for f in faults {
+        let (Some(at), Some(victim)) = (f.at, &f.victim) else {
+            continue;
+        };
+        let next = secs
+            .iter()
+            .filter(|x| x.enter > at && &x.client != victim)
+            .map(|x| x.enter)
+            .min();
+        let Some(next) = next else { continue };
+        let gap = (next - at) / 1_000_000;
+        s.max_gap_ms = s.max_gap_ms.max(gap);
+        if Duration::from_millis(gap) > ttl + slack {
+            s.stuck += 1;
+            s.details.push(format!(
+                "stuck: {gap} ms after {} of {victim}",
+                f.fault.name()
+            ));
+        }
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn run_setup(name: &'static str, cfg: Config, beyond: &[Fault]) -> (String, bool) {
+    let mut setup = Setup::new(name);
+    let env = Env::with_stores(setup.urls());
+    let log = env.path("sections.log");
+    let run = Arc::new(Run {
+        env,
+        log,
+        cfg,
+        record: Mutex::new(Record::default()),
+        tally: Tally::default(),
+        done: AtomicBool::new(false),
+    });
+    let started = Instant::now();
+    // The watcher keeps the record current and notices sections that died without an exit.
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let (run, watching) = (run.clone(), watching.clone());
+        thread::spawn(move || {
+            while watching.load(Ordering::SeqCst) {
+                {
+                    let mut r = run.record.lock().unwrap();
+                    r.pull(&run.log);
+                    r.reap();
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let clients: Vec<_> = (0..run.cfg.clients)
+        .map(|i| {
+            let run = run.clone();
+            thread::spawn(move || run.client(i))
+        })
+        .collect();
+    // Faults in turn, until every kind was injected at least once and the sections are done.
+    let mut injected = Vec::new();
+    let mut n = 0;
+    let mut stalled = false;
+    loop {
+        if started.elapsed() > run.cfg.limit {
+            stalled = true;
+            break;
+        }
+        if n >= setup.faults.len() && run.entered() >= run.cfg.sections {
+            break;
+        }
+        thread::sleep(run.cfg.fault_gap);
+        let fault = setup.faults[n % setup.faults.len()];
+        let inj = match fault {
+            Fault::HolderKill | Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
+            _ => run.store_fault(fault, &mut setup),
+        };
+        injected.push(inj);
+        n += 1;
+    }
+    run.done.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // Let the last deaths be noticed, then stop watching.
+    thread::sleep(Duration::from_millis(50));
+    watching.store(false, Ordering::SeqCst);
+    watcher.join().unwrap();
+    let elapsed = started.elapsed();
+
+    let mut summary = {
+        let mut r = run.record.lock().unwrap();
+        r.pull(&run.log);
+        r.reap();
+        check(&r, &injected, run.cfg.ttl, beyond)
+    };
+    // A queue entry of a waiter that is gone expires after the waiter ttl (2 s); only what
+    // is still there after that is left behind for good.
+    let mut left = setup.leftovers();
+    let since = Instant::now();
+    while !left.is_empty() && since.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(100));
+        left = setup.leftovers();
+    }
+    summary.left_behind = left.len();
+    summary
+        .details
+        .extend(left.iter().take(10).map(|l| format!("left behind: {l}")));
+    // Nobody may hold the lock now that every client is gone.
+    let o = run.env.run(&["--json", "inspect", NAME]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    if v["held"] != false {
+        summary.stuck += 1;
+        summary.details.push(format!(
+            "still held after the run: {}",
+            String::from_utf8_lossy(&o.stdout)
+        ));
+    }
+
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for i in &injected {
+        *kinds.entry(i.fault.name().to_string()).or_default() += 1;
+        for what in ["refused", "never entered"] {
+            if i.outcome.starts_with(what) {
+                *kinds
+                    .entry(format!("{} {what}", i.fault.name()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    let exits = run.tally.exits.lock().unwrap().clone();
+    let beyond_txt = if summary.excused.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " beyond-claims-overlaps={}",
+            summary
+                .excused
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    let line = format!(
+        "setup={name} sections={} clients={} faults={} ({}) overlaps={} fence-regressions={} \
+         stuck={} left-behind={}{beyond_txt} max-free-ms={} exits={} time={:.0}s{}",
+        summary.sections,
+        run.cfg.clients,
+        injected.len(),
+        kinds
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        summary.overlaps,
+        summary.fence_regressions,
+        summary.stuck,
+        summary.left_behind,
+        summary.max_gap_ms,
+        exits
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        elapsed.as_secs_f64(),
+        if stalled { " STALLED" } else { "" }
+    );
+    let ok = summary.overlaps == 0
+        && summary.fence_regressions == 0
+        && summary.stuck == 0
+        && summary.left_behind == 0
+        && !stalled;
+    if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
+        for d in &summary.details {
+            eprintln!("  {name}: {d}");
+        }
+        for i in &injected {
+            eprintln!(
+                "  {name}: fault {} {:?}: {}",
+                i.fault.name(),
+                i.victim,
+                i.outcome
+            );
+        }
+        for (code, said) in run.tally.said.lock().unwrap().iter() {
+            eprintln!("  {name}: exit {code}: {said}");
+        }
+    }
+    (line, ok)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("section") {
+        let log = PathBuf::from(&args[1]);
+        let hold = Duration::from_micros(args[2].parse().unwrap());
+        std::process::exit(section(&log, hold));
+    }
+    let mut cfg = Config {
+        clients: 4,
+        sections: 120,
+        ttl: Duration::from_secs(1),
+        hold: Duration::from_millis(2),
+        fault_gap: Duration::from_millis(300),
+        limit: Duration::from_secs(120),
+    };
+    let mut filters: Vec<String> = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let mut val =
+            |what: &str| -> String { it.next().unwrap_or_else(|| panic!("{what} needs a value")) };
+        match a.as_str() {
+            "--full" => {
+                cfg.clients = 16;
+                cfg.sections = 10_000;
+                cfg.fault_gap = Duration::from_secs(3);
+                cfg.limit = Duration::from_secs(3600);
+            }
+            "--clients" => cfg.clients = val("--clients").parse().unwrap(),
+            "--sections" => cfg.sections = val("--sections").parse().unwrap(),
+            "--ttl" => cfg.ttl = humantime::parse_duration(&val("--ttl")).unwrap(),
+            "--hold" => cfg.hold = humantime::parse_duration(&val("--hold")).unwrap(),
+            "--fault-gap" => {
+                cfg.fault_gap = humantime::parse_duration(&val("--fault-gap")).unwrap()
+            }
+            "--list" => {
+                for s in SETUPS {
+                    println!("{s}: test");
+                }
+                return;
+            }
+            // What libtest would take; meaningless here.
+            "--nocapture" | "--quiet" | "-q" | "--exact" | "--include-ignored" | "--ignored"
+            | "--show-output" => {}
+            "--skip" | "--test-threads" | "--format" | "--color" => {
+                it.next();
+            }
+            f if f.starts_with("--") => {}
+            f => filters.push(f.to_string()),
+        }
+    }
+    let chosen: Vec<&'static str> = SETUPS
+        .into_iter()
+        .filter(|s| filters.is_empty() || filters.iter().any(|f| s.contains(f.as_str())))
+        .collect();
+    common::require("redis-server", "redis-server");
+    common::libfaketime();
+    let (mut passed, mut failed) = (0, 0);
+    for name in &chosen {
+        let c = Config { ..cfg_clone(&cfg) };
+        let (line, ok) = run_setup(name, c, &[]);
+        println!("checker: {line}{}", if ok { "" } else { " FAILED" });
+        if ok {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+fn cfg_clone(c: &Config) -> Config {
+    Config {
+        clients: c.clients,
+        sections: c.sections,
+        ttl: c.ttl,
+        hold: c.hold,
+        fault_gap: c.fault_gap,
+        limit: c.limit,
+    }
+}
