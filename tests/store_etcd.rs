@@ -321,3 +321,23 @@ fn losing_the_majority_stops_the_child_before_the_lease_runs_out() {
     assert!(t0.elapsed() < ttl, "stopped after {:?}", t0.elapsed());
     assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
 }
+
+#[test]
+fn list_shows_the_held_names_under_a_prefix() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    for n in ["app/a", "app/b", "other"] {
+        assert_code(&env.run(&["lock", n]), 0);
+    }
+    let t = stdout(&env.run(&["lock", "app/c", "--ttl", "10s"]));
+    assert_code(&env.run(&["unlock", "app/c", "--token", &t]), 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["--json", "list", "app/"]))).unwrap();
+    let names: Vec<&str> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["app/a", "app/b"]);
+}

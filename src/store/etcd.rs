@@ -318,21 +318,12 @@ impl Store for EtcdStore {
                 async move { kv.get(from, Some(GetOptions::new().with_prefix())).await }
             })
             .await?;
-        let mut names: Vec<String> = resp
+        let names: Vec<String> = resp
             .kvs()
             .iter()
             .filter(|kv| Seen::from_kv(kv).is_some_and(|s| s.entry.h))
             .filter_map(|kv| inner.layout.name_of_entry(kv.key()))
             .collect();
-        names.sort();
-        names.dedup();
-        let mut out = Vec::new();
-        for name in names {
-            let st = self.inspect(&name).await?;
-            if !st.holders.is_empty() {
-                out.push(st);
-            }
-        }
-        Ok(out)
+        super::held_states(self, names).await
     }
 }

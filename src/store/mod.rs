@@ -251,6 +251,21 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// `list` for stores that find candidate names first: inspect each (sorted, once) and keep
+/// those with a live holder.
+pub async fn held_states(store: &dyn Store, mut names: Vec<String>) -> StoreResult<Vec<LockState>> {
+    names.sort();
+    names.dedup();
+    let mut out = Vec::new();
+    for name in names {
+        let st = store.inspect(&name).await?;
+        if !st.holders.is_empty() {
+            out.push(st);
+        }
+    }
+    Ok(out)
+}
+
 /// Connect to the store a URL names, for locks in `namespace`.
 pub async fn open(
     url: &StoreUrl,

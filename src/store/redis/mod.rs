@@ -587,20 +587,11 @@ impl Store for RedisStore {
         let pattern = format!("dlock:{{{}:{}*}}:h", self.namespace, prefix);
         let head = format!("dlock:{{{}:", self.namespace);
         let keys = self.conn.scan(&pattern).await.map_err(classify)?;
-        let mut names: Vec<String> = keys
+        let names: Vec<String> = keys
             .iter()
             .filter_map(|k| Some(k.strip_prefix(&head)?.strip_suffix("}:h")?.to_string()))
             .collect();
-        names.sort();
-        names.dedup();
-        let mut out = Vec::new();
-        for name in names {
-            let st = self.inspect(&name).await?;
-            if !st.holders.is_empty() {
-                out.push(st);
-            }
-        }
-        Ok(out)
+        super::held_states(self, names).await
     }
 
     async fn warnings(&self) -> Vec<String> {
