@@ -70,7 +70,7 @@ pub async fn supervise(
             None
         }
     };
-    let mut child = match spawn(&lease, command) {
+    let mut child = match spawn(&lease, command, dog.as_ref()) {
         Ok(c) => c,
         Err(e) => {
             if let Some(d) = dog {
@@ -204,7 +204,11 @@ pub async fn supervise(
     })
 }
 
-fn spawn(lease: &Lease, command: &[OsString]) -> Result<tokio::process::Child> {
+fn spawn(
+    lease: &Lease,
+    command: &[OsString],
+    dog: Option<&watchdog::Watchdog>,
+) -> Result<tokio::process::Child> {
     let req = &lease.req;
     let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
     let mut cmd = Command::new(&command[0]);
@@ -215,9 +219,19 @@ fn spawn(lease: &Lease, command: &[OsString]) -> Result<tokio::process::Child> {
         .env("DLOCK_PREVIOUS", previous(lease).as_str())
         .process_group(0);
     let parent = std::process::id() as i32;
-    // SAFETY: die_with_parent only makes async-signal-safe calls (prctl, getppid, _exit).
+    let announce = dog.map(|d| d.announcer());
+    // SAFETY: die_with_parent and the announcement only make async-signal-safe calls (prctl,
+    // getppid, getpid, write, _exit).
     unsafe {
-        cmd.pre_exec(move || sys::die_with_parent(parent));
+        cmd.pre_exec(move || {
+            sys::die_with_parent(parent)?;
+            // The child names its own group to the watchdog before any of the user's code
+            // runs, so no moment exists when the watchdog could not stop it.
+            if let Some(a) = &announce {
+                a.announce();
+            }
+            Ok(())
+        });
     }
     cmd.spawn().map_err(|e| {
         let shown = command[0].to_string_lossy();

@@ -76,6 +76,11 @@ impl Watchdog {
         self.send(GROUP | pgid as u64);
     }
 
+    /// What the forked child uses to name its own group to the watchdog, before exec.
+    pub fn announcer(&self) -> Announcer {
+        Announcer(self.fd)
+    }
+
     /// The lease was renewed: the new deadline.
     pub fn push(&self, deadline: Instant) {
         self.send(kernel_ns(deadline));
@@ -108,6 +113,21 @@ impl Watchdog {
     }
 }
 
+/// The watchdog's pipe as seen from the command's forked child (before exec, where the
+/// descriptor is still open: it is close-on-exec).
+pub struct Announcer(libc::c_int);
+
+impl Announcer {
+    /// In the forked child: "my process group is my pid". Async-signal-safe.
+    pub fn announce(&self) {
+        // SAFETY: getpid and an 8-byte write from a stack buffer are async-signal-safe.
+        unsafe {
+            let b = (GROUP | libc::getpid() as u64).to_ne_bytes();
+            libc::write(self.0, b.as_ptr().cast(), b.len());
+        }
+    }
+}
+
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -122,6 +142,21 @@ fn now_ns() -> u64 {
         )
     };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Apply every message of one read, in order: the group may arrive in one read together with
+/// a deadline, and neither may be lost. Messages are 8 bytes and a pipe write that small is
+/// atomic, so a read never splits one. Async-signal-safe (no allocation).
+fn decode(bytes: &[u8], deadline: &mut u64, pgid: &mut libc::pid_t, term_sent: &mut bool) {
+    for m in bytes.chunks_exact(8) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(m);
+        match u64::from_ne_bytes(b) {
+            TERMINATED => *term_sent = true,
+            g if g & GROUP != 0 => *pgid = (g & !GROUP) as libc::pid_t,
+            d => *deadline = d,
+        }
+    }
 }
 
 /// The watchdog's whole life, in the forked child of a multithreaded process: only
@@ -188,16 +223,31 @@ unsafe fn watch(fds: [libc::c_int; 2], mut deadline: u64, grace: u64, margin: u6
                 // dlock closed its end (or died): nothing left to watch.
                 libc::_exit(0);
             }
-            if n >= 8 {
-                let last = (n as usize / 8 - 1) * 8;
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&buf[last..last + 8]);
-                match u64::from_ne_bytes(b) {
-                    TERMINATED => term_sent = true,
-                    g if g & GROUP != 0 => pgid = (g & !GROUP) as libc::pid_t,
-                    d => deadline = d,
-                }
+            if n > 0 {
+                decode(&buf[..n as usize], &mut deadline, &mut pgid, &mut term_sent);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_of_a_read_counts() {
+        let mut bytes = Vec::new();
+        bytes.extend((GROUP | 4242).to_ne_bytes());
+        bytes.extend(7_000u64.to_ne_bytes());
+        let (mut deadline, mut pgid, mut term) = (1u64, 0, false);
+        decode(&bytes, &mut deadline, &mut pgid, &mut term);
+        assert_eq!((deadline, pgid, term), (7_000, 4242, false));
+        decode(
+            &TERMINATED.to_ne_bytes(),
+            &mut deadline,
+            &mut pgid,
+            &mut term,
+        );
+        assert!(term);
     }
 }
