@@ -1,6 +1,9 @@
-//! In-process latency of one acquire + release through the engine, per store setup: a single
-//! Redis, quorums of 3 and 5 independent servers, 5 with one stopped (SIGSTOP), a 3-master
-//! Redis Cluster, and the file store. Real servers on loopback, started here.
+//! In-process latency through the engine, with real servers on loopback started here:
+//! - one uncontended acquire + release, per store setup: a single Redis, quorums of 3 and 5
+//!   independent servers, 5 with one stopped (SIGSTOP), a 3-master Redis Cluster, the file
+//!   store, etcd and ZooKeeper;
+//! - handoff: 8 contenders in one process loop on one lock; the time from a holder starting
+//!   its release to the next holder's grant (release, notification, grant).
 //!
 //! Run: cargo bench --bench acquire [-- ROUNDS]   (default 2000 rounds per setup)
 
@@ -9,7 +12,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+
+use common::etcd::EtcdServer;
 use common::redis::{RedisCluster, RedisServer};
+use common::zk::ZkServer;
 use dlock::engine::{Engine, Wait};
 use dlock::store::{Acquire, Mode, StoreUrl, url};
 
@@ -41,6 +48,53 @@ fn measure(rt: &tokio::runtime::Runtime, urls: &[StoreUrl], rounds: usize) -> Ve
         }
         times.sort();
         times
+    })
+}
+
+/// Handoff gaps: `contenders` tasks take the lock `rounds` times in all.
+fn handoff(
+    rt: &tokio::runtime::Runtime,
+    urls: &[StoreUrl],
+    contenders: usize,
+    rounds: usize,
+) -> Vec<Duration> {
+    rt.block_on(async {
+        let engine = Arc::new(
+            Engine::open(urls, "handoff", Duration::from_millis(500))
+                .await
+                .unwrap(),
+        );
+        let released: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        let gaps: Arc<Mutex<Vec<Duration>>> = Arc::new(Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..contenders)
+            .map(|_| {
+                let (engine, released, gaps) = (engine.clone(), released.clone(), gaps.clone());
+                tokio::spawn(async move {
+                    while gaps.lock().unwrap().len() < rounds {
+                        let req = Acquire {
+                            names: vec!["h".into()],
+                            token: dlock::names::new_token(),
+                            mode: Mode::Exclusive,
+                            ttl: Duration::from_secs(30),
+                            meta: "{}".into(),
+                            detached: false,
+                        };
+                        engine.acquire(&req, Wait::Forever).await.unwrap();
+                        if let Some(t) = released.lock().unwrap().take() {
+                            gaps.lock().unwrap().push(t.elapsed());
+                        }
+                        *released.lock().unwrap() = Some(Instant::now());
+                        engine.release(&req.names, &req.token).await;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut g = gaps.lock().unwrap().clone();
+        g.sort();
+        g
     })
 }
 
@@ -91,6 +145,18 @@ fn main() {
         dir: dir.path().to_path_buf(),
     };
     row("file store", &measure(&rt, &[file], rounds), Some(single));
+    let etcd = EtcdServer::start();
+    row(
+        "etcd, one node",
+        &measure(&rt, &[parse(etcd.url())], rounds / 4),
+        Some(single),
+    );
+    let zk = ZkServer::start();
+    row(
+        "ZooKeeper, standalone",
+        &measure(&rt, &[parse(zk.url())], rounds / 4),
+        Some(single),
+    );
     servers[4].pause();
     // A stopped server costs its store timeout only while connecting; each round then waits
     // for a majority, not for it (the fan-out returns when all answered or timed out).
@@ -100,4 +166,28 @@ fn main() {
         Some(single),
     );
     servers[4].resume();
+
+    println!(
+        "\nhandoff between 8 contenders, {} handoffs each (µs)\n",
+        rounds / 4
+    );
+    println!("| setup | min | median | p90 | max | median vs single Redis |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let h = rounds / 4;
+    let single = row("single Redis", &handoff(&rt, &all[..1], 8, h), None);
+    row("quorum of 3", &handoff(&rt, &all[..3], 8, h), Some(single));
+    let file = StoreUrl::File {
+        dir: dir.path().to_path_buf(),
+    };
+    row("file store", &handoff(&rt, &[file], 8, h), Some(single));
+    row(
+        "etcd, one node",
+        &handoff(&rt, &[parse(etcd.url())], 8, h),
+        Some(single),
+    );
+    row(
+        "ZooKeeper, standalone",
+        &handoff(&rt, &[parse(zk.url())], 8, h),
+        Some(single),
+    );
 }

@@ -46,6 +46,9 @@ pub enum EngineError {
     /// The lease can no longer be held by a majority.
     #[error("{0}")]
     Lost(String),
+    /// What was asked cannot be done by a store as it is set up (a usage error).
+    #[error("{0}")]
+    Invalid(String),
     /// The token does not hold the lock (on enough stores).
     #[error("the token does not hold the lock")]
     NotHolder,
@@ -465,6 +468,7 @@ impl Engine {
 /// unavailable (exit 69); either way every failing store is named on one line.
 fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
     let refused = errors.iter().any(|e| matches!(e, StoreError::Refused(_)));
+    let invalid = errors.iter().any(|e| matches!(e, StoreError::Invalid(_)));
     let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let mut msg = detail.join("; ");
     if n > 1 {
@@ -473,7 +477,9 @@ fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
             errors.len()
         );
     }
-    if refused {
+    if invalid {
+        EngineError::Invalid(msg)
+    } else if refused {
         EngineError::Refused(msg)
     } else {
         EngineError::Unavailable(msg)
