@@ -21,8 +21,19 @@ impl RedisServer {
 
     /// Start with extra `redis-server` arguments (e.g. `--requirepass`, `--appendonly yes`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        // A cluster node also listens on its port + 10000 (the cluster bus), so it needs a
+        // port of 55535 or less with that one free too.
+        let cluster = extra.contains(&"--cluster-enabled");
+        let port = loop {
+            let p = free_port();
+            if !cluster
+                || (p <= 55535 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok())
+            {
+                break p;
+            }
+        };
         let mut s = RedisServer {
-            port: free_port(),
+            port,
             dir: temp_dir(),
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
