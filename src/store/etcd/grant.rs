@@ -323,8 +323,11 @@ impl Inner {
             }
             let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
             if resp.succeeded() {
+                // The delete above is what frees the lock (and wakes the next waiter); the
+                // lease has no keys left, so its revoke need not hold up the caller: a third
+                // fsynced write on every release. If the process ends first, it runs out.
                 for lease in leases {
-                    self.revoke(lease).await;
+                    self.revoke_later(lease);
                 }
                 return Ok(held);
             }
