@@ -129,6 +129,14 @@ pub struct ModeArgs {
     pub limit: Option<u32>,
 }
 
+/// How a supervised command is stopped when its lease is being lost.
+#[derive(Args, Debug, Clone)]
+pub struct SuperviseArgs {
+    /// How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]
+    #[arg(long, value_name = "DUR", value_parser = parse_grace)]
+    pub kill_grace: Option<Duration>,
+}
+
 #[derive(Args, Debug)]
 pub struct LockArgs {
     /// Lock name
@@ -176,9 +184,8 @@ pub struct RunArgs {
     pub acquire: AcquireArgs,
     #[command(flatten)]
     pub mode: ModeArgs,
-    /// How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]
-    #[arg(long, value_name = "DUR", value_parser = parse_grace)]
-    pub kill_grace: Option<Duration>,
+    #[command(flatten)]
+    pub supervise: SuperviseArgs,
     /// Command to run, after `--`
     #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true,
           allow_hyphen_values = true)]
@@ -192,9 +199,8 @@ pub struct MultilockArgs {
     pub names: Vec<String>,
     #[command(flatten)]
     pub acquire: AcquireArgs,
-    /// How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]
-    #[arg(long, value_name = "DUR", value_parser = parse_grace)]
-    pub kill_grace: Option<Duration>,
+    #[command(flatten)]
+    pub supervise: SuperviseArgs,
     /// Command to run while all locks are held; without it the token is printed
     #[arg(value_name = "CMD", last = true)]
     pub command: Vec<OsString>,

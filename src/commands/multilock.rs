@@ -17,7 +17,7 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         &args.command,
         detached,
     );
-    let grace = supervisor::kill_grace(args.kill_grace, req.ttl)?;
+    let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     let lease = acquire(ctx, &req, &args.acquire).await?;
     if detached {
         super::lock::print_token(ctx, &lease);

@@ -14,7 +14,7 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         &args.command,
         false,
     );
-    let grace = supervisor::kill_grace(args.kill_grace, req.ttl)?;
+    let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     let lease = acquire(ctx, &req, &args.acquire).await?;
     supervisor::supervise(ctx, lease, &args.command, grace).await
 }
