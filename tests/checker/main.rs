@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
+use common::etcd::EtcdServer;
+use common::redis::{RedisCluster, RedisServer};
+use common::zk::ZkServer;
 use common::{Env, signal, temp_dir, wait_child};
 
 const NAME: &str = "checked";
@@ -224,6 +226,12 @@ enum Fault {
     RestartAof,
     /// Kill a minority of servers, keep them down longer than the ttl, start them empty.
     RestartEmpty,
+    /// SIGKILL the leader of an etcd cluster or ZooKeeper ensemble (one of three), keep it down
+    /// for twice the ttl, start it again with its data.
+    NodeKill,
+    /// SIGKILL the Redis Cluster master that owns the name; its replica takes over; the old
+    /// master comes back (as a replica of the new one).
+    MasterKill,
 }
 
 impl Fault {
@@ -235,20 +243,36 @@ impl Fault {
             Fault::StoreStop => "store-stop",
             Fault::RestartAof => "restart-aof",
             Fault::RestartEmpty => "restart-empty",
+            Fault::NodeKill => "node-kill",
+            Fault::MasterKill => "master-kill",
         }
     }
 }
 
-const SETUPS: [&str; 4] = ["file", "redis", "quorum3", "quorum5"];
+const SETUPS: [&str; 7] = [
+    "file", "redis", "quorum3", "quorum5", "cluster", "etcd", "zk",
+];
 
 enum Stores {
     File(tempfile::TempDir),
     Redis(Vec<RedisServer>),
+    Cluster(RedisCluster),
+    Etcd(EtcdServer),
+    Zk(ZkServer),
 }
 
 struct Setup {
     stores: Stores,
     faults: Vec<Fault>,
+    /// The shortest ttl the store can keep: etcd rounds a lease up to whole seconds with a
+    /// minimum of 2 s, and ZooKeeper expires sessions on tickTime (500 ms) boundaries, so a
+    /// 1 s ttl would be judged against a lease that legitimately lasts longer.
+    min_ttl: Duration,
+}
+
+/// The Redis Cluster key whose slot holds the checked name.
+fn cluster_key() -> String {
+    format!("dlock:{{default:{NAME}}}:f")
 }
 
 impl Setup {
@@ -261,16 +285,19 @@ impl Setup {
                 })
                 .collect()
         };
+        let short = Duration::ZERO;
         match name {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
                 faults: vec![HolderKill, HolderStop, ClockJump],
+                min_ttl: short,
             },
             // A single server cannot be restarted empty without losing its fence counter
             // (README: fences need appendfsync always), so it only restarts from its AOF.
             "redis" => Setup {
                 stores: Stores::Redis(redis(1)),
                 faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, RestartAof],
+                min_ttl: short,
             },
             "quorum3" | "quorum5" => Setup {
                 stores: Stores::Redis(redis(if name == "quorum3" { 3 } else { 5 })),
@@ -282,6 +309,25 @@ impl Setup {
                     RestartAof,
                     RestartEmpty,
                 ],
+                min_ttl: short,
+            },
+            // Three masters with one replica each; a master kill fails over to its replica.
+            // `wait_replicas=1`: without it a failover may lose a grant (README).
+            "cluster" => Setup {
+                stores: Stores::Cluster(RedisCluster::start(3, 1)),
+                faults: vec![HolderKill, HolderStop, ClockJump, MasterKill],
+                min_ttl: short,
+            },
+            // Three members; a fault stops or kills the leader (one of three).
+            "etcd" => Setup {
+                stores: Stores::Etcd(EtcdServer::cluster(3)),
+                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
+                min_ttl: Duration::from_secs(2),
+            },
+            "zk" => Setup {
+                stores: Stores::Zk(ZkServer::ensemble(3)),
+                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
+                min_ttl: Duration::from_secs(2),
             },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
@@ -291,6 +337,9 @@ impl Setup {
         match &self.stores {
             Stores::File(d) => vec![format!("file://{}", d.path().display())],
             Stores::Redis(s) => s.iter().map(|s| s.url()).collect(),
+            Stores::Cluster(c) => vec![format!("{}?wait_replicas=1", c.url())],
+            Stores::Etcd(e) => vec![e.url()],
+            Stores::Zk(z) => vec![z.url()],
         }
     }
 
@@ -324,17 +373,48 @@ impl Setup {
                 }
                 out
             }
-            Stores::Redis(servers) => servers
-                .iter()
-                .flat_map(|s| {
-                    s.keys()
-                        .into_iter()
-                        .filter(|k| !(k.starts_with("dlock:{") && k.ends_with("}:f")))
-                        .map(move |k| format!("{}: {k}", s.url()))
-                })
+            Stores::Redis(servers) => servers.iter().flat_map(redis_leftovers).collect(),
+            // Masters only: a replica follows its master.
+            Stores::Cluster(c) => (0..c.nodes.len())
+                .filter(|&i| c.is_master(i))
+                .flat_map(|i| redis_leftovers(&c.nodes[i]))
                 .collect(),
+            // etcd keeps the per-name record `#r` (no lease) by design; every queue entry
+            // `#q/<token>` hangs on its owner's lease and must be gone.
+            Stores::Etcd(e) => e
+                .keys("dlock/")
+                .into_iter()
+                .filter(|k| k != &format!("dlock/default/{NAME}/#r"))
+                .collect(),
+            // ZooKeeper keeps `/dlock`, the namespace node and the name's node (its data is the
+            // record); the name's node must have no children (queue entries, leases) left.
+            Stores::Zk(z) => {
+                let mut out: Vec<String> = z
+                    .children(&format!("/dlock/default/{NAME}"))
+                    .into_iter()
+                    .map(|c| format!("/dlock/default/{NAME}/{c}"))
+                    .collect();
+                for (parent, keep) in [("/dlock", "default"), ("/dlock/default", NAME)] {
+                    out.extend(
+                        z.children(parent)
+                            .into_iter()
+                            .filter(|c| c != keep)
+                            .map(|c| format!("{parent}/{c}")),
+                    );
+                }
+                out
+            }
         }
     }
+}
+
+/// Keys on one Redis server but the per-name fence record `dlock:{ns:name}:f` (kept by design).
+fn redis_leftovers(s: &RedisServer) -> Vec<String> {
+    s.keys()
+        .into_iter()
+        .filter(|k| !(k.starts_with("dlock:{") && k.ends_with("}:f")))
+        .map(|k| format!("{}: {k}", s.url()))
+        .collect()
 }
 
 struct Config {
@@ -533,43 +613,107 @@ impl Run {
     fn store_fault(&self, fault: Fault, setup: &mut Setup) -> Injected {
         let ttl = self.cfg.ttl;
         let k = setup.minority();
-        let Stores::Redis(servers) = &mut setup.stores else {
-            unreachable!("store faults are for Redis setups")
+        let outcome = match &mut setup.stores {
+            Stores::Redis(servers) => {
+                redis_fault(fault, &mut servers[..k], ttl);
+                format!("{k} of {} servers", servers.len())
+            }
+            Stores::Cluster(c) => {
+                assert_eq!(fault, Fault::MasterKill);
+                let key = cluster_key();
+                let old = c.master_of(&key);
+                c.nodes[old].kill();
+                let start = Instant::now();
+                let took_over = common::wait_for(Duration::from_secs(30), || {
+                    c.try_master_of(&key).is_some_and(|m| m != old) && c.healthy()
+                });
+                let failover = start.elapsed();
+                c.nodes[old].restart();
+                // Back as a replica of the new master, in sync, before the next fault: with
+                // `wait_replicas=1` nothing is granted on the name's slot until then.
+                let synced = common::wait_for(Duration::from_secs(30), || {
+                    c.replica_synced(old) && c.healthy()
+                });
+                format!(
+                    "master {old} killed, replica took over {took_over} after {} ms, \
+                     old master back as a synced replica {synced} after {} ms",
+                    failover.as_millis(),
+                    start.elapsed().as_millis()
+                )
+            }
+            Stores::Etcd(e) => {
+                let leader = e.leader();
+                match fault {
+                    Fault::StoreStop => {
+                        e.pause(leader);
+                        thread::sleep(ttl * 2);
+                        e.resume(leader);
+                    }
+                    Fault::NodeKill => {
+                        e.kill(leader);
+                        thread::sleep(ttl * 2);
+                        e.restart(leader);
+                    }
+                    _ => unreachable!(),
+                }
+                e.wait_healthy();
+                format!("leader e{} of 3", leader + 1)
+            }
+            Stores::Zk(z) => {
+                let leader = z.leader().unwrap_or(0);
+                match fault {
+                    Fault::StoreStop => {
+                        z.pause(leader);
+                        thread::sleep(ttl * 2);
+                        z.resume(leader);
+                    }
+                    Fault::NodeKill => {
+                        z.kill(leader);
+                        thread::sleep(ttl * 2);
+                        z.restart(leader);
+                    }
+                    _ => unreachable!(),
+                }
+                format!("leader {} of 3", leader + 1)
+            }
+            Stores::File(_) => unreachable!("no store faults on the file store"),
         };
-        // Take the first k servers; which ones does not matter, all are alike.
-        let hit = &mut servers[..k];
-        match fault {
-            Fault::StoreStop => {
-                hit.iter().for_each(|s| s.pause());
-                thread::sleep(ttl * 2);
-                hit.iter().for_each(|s| s.resume());
-            }
-            Fault::RestartAof => {
-                for s in hit.iter_mut() {
-                    s.kill();
-                }
-                for s in hit.iter_mut() {
-                    s.restart();
-                }
-            }
-            Fault::RestartEmpty => {
-                for s in hit.iter_mut() {
-                    s.kill();
-                }
-                // README: a server that lost its data stays out longer than the longest ttl.
-                thread::sleep(ttl + ttl / 2);
-                for s in hit.iter_mut() {
-                    s.start_again_empty();
-                }
-            }
-            _ => unreachable!(),
-        }
         Injected {
             fault,
             victim: None,
             at: None,
-            outcome: format!("{k} of {} servers", servers.len()),
+            outcome,
         }
+    }
+}
+
+/// A store fault on independent Redis servers: `hit` is the minority it takes down.
+fn redis_fault(fault: Fault, hit: &mut [RedisServer], ttl: Duration) {
+    match fault {
+        Fault::StoreStop => {
+            hit.iter().for_each(|s| s.pause());
+            thread::sleep(ttl * 2);
+            hit.iter().for_each(|s| s.resume());
+        }
+        Fault::RestartAof => {
+            for s in hit.iter_mut() {
+                s.kill();
+            }
+            for s in hit.iter_mut() {
+                s.restart();
+            }
+        }
+        Fault::RestartEmpty => {
+            for s in hit.iter_mut() {
+                s.kill();
+            }
+            // README: a server that lost its data stays out longer than the longest ttl.
+            thread::sleep(ttl + ttl / 2);
+            for s in hit.iter_mut() {
+                s.start_again_empty();
+            }
+        }
+        _ => unreachable!(),
     }
 }
 
@@ -677,8 +821,9 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
 
 // ---------------------------------------------------------------------------------------------
 
-fn run_setup(name: &'static str, cfg: Config, beyond: &[Fault]) -> (String, bool) {
+fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, bool) {
     let mut setup = Setup::new(name);
+    cfg.ttl = cfg.ttl.max(setup.min_ttl);
     let env = Env::with_stores(setup.urls());
     let log = env.path("sections.log");
     let run = Arc::new(Run {
@@ -748,11 +893,11 @@ fn run_setup(name: &'static str, cfg: Config, beyond: &[Fault]) -> (String, bool
         r.reap();
         check(&r, &injected, run.cfg.ttl, beyond)
     };
-    // A queue entry of a waiter that is gone expires after the waiter ttl (2 s); only what
-    // is still there after that is left behind for good.
+    // A queue entry of a waiter that is gone expires after the waiter ttl (2 s on Redis, 5 s
+    // on etcd); only what is still there after that is left behind for good.
     let mut left = setup.leftovers();
     let since = Instant::now();
-    while !left.is_empty() && since.elapsed() < Duration::from_secs(3) {
+    while !left.is_empty() && since.elapsed() < Duration::from_secs(6) {
         thread::sleep(Duration::from_millis(100));
         left = setup.leftovers();
     }
@@ -797,10 +942,12 @@ fn run_setup(name: &'static str, cfg: Config, beyond: &[Fault]) -> (String, bool
         )
     };
     let line = format!(
-        "setup={name} sections={} clients={} faults={} ({}) overlaps={} fence-regressions={} \
-         stuck={} left-behind={}{beyond_txt} max-free-ms={} exits={} time={:.0}s{}",
+        "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
+         fence-regressions={} stuck={} left-behind={}{beyond_txt} max-free-ms={} exits={} \
+         time={:.0}s{}",
         summary.sections,
         run.cfg.clients,
+        humantime::format_duration(run.cfg.ttl),
         injected.len(),
         kinds
             .iter()

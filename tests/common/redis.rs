@@ -222,16 +222,34 @@ impl RedisCluster {
 
     /// Index of the node that is master of the slot of `key` now.
     pub fn master_of(&self, key: &str) -> usize {
-        let live = self
-            .nodes
-            .iter()
-            .find(|n| n.child.is_some())
-            .expect("a live node");
+        self.try_master_of(key)
+            .unwrap_or_else(|| panic!("no healthy master owns the slot of {key}"))
+    }
+
+    /// Whether node `i` is a replica whose link to its master is up (synced).
+    pub fn replica_synced(&self, i: usize) -> bool {
+        let n = &self.nodes[i];
+        if n.child.is_none() {
+            return false;
+        }
+        let r = info(n, "INFO replication");
+        r.contains("role:slave") && r.contains("master_link_status:up")
+    }
+
+    /// Whether node `i` is a live master.
+    pub fn is_master(&self, i: usize) -> bool {
+        let n = &self.nodes[i];
+        n.child.is_some() && info(n, "INFO replication").contains("role:master")
+    }
+
+    /// Like `master_of`, but None while no live master owns the slot (during a failover).
+    pub fn try_master_of(&self, key: &str) -> Option<usize> {
+        let live = self.nodes.iter().find(|n| n.child.is_some())?;
         let slot: u16 = live
             .cmd(&format!("CLUSTER KEYSLOT {key}"))
             .trim_start_matches(':')
             .parse()
-            .unwrap();
+            .ok()?;
         let nodes = info(live, "CLUSTER NODES");
         for line in nodes.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -255,10 +273,10 @@ impl RedisCluster {
                     .1
                     .parse()
                     .unwrap();
-                return self.nodes.iter().position(|n| n.port == port).unwrap();
+                return self.nodes.iter().position(|n| n.port == port);
             }
         }
-        panic!("no master owns slot {slot}:\n{nodes}");
+        None
     }
 }
 
