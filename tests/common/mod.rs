@@ -281,3 +281,22 @@ pub fn assert_sections(log: &str, expected: usize) -> Vec<u64> {
     }
     fences
 }
+
+/// The next holder's view: `dlock run job -w 10s` whose child prints `$DLOCK_PREVIOUS`.
+/// Returns what it printed and how long the whole run took (waiting included).
+#[track_caller]
+pub fn next_holder_previous(env: &Env) -> (String, Duration) {
+    let start = Instant::now();
+    let o = env.run(&[
+        "run",
+        "job",
+        "-w",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_PREVIOUS",
+    ]);
+    assert_code(&o, 0);
+    (stdout(&o), start.elapsed())
+}
