@@ -5,6 +5,7 @@
 //! fence with the bakery rule, and wait for notifications between attempts. The engine knows
 //! stores only through `crate::store::Store`.
 
+mod down;
 pub mod fence;
 pub mod timing;
 
@@ -16,6 +17,8 @@ use futures_util::StreamExt;
 use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep, timeout};
+
+use down::Down;
 
 use crate::store::{
     self, Acquire, Attempt, Granted, Listener, LockState, Previous, Store, StoreError, StoreResult,
@@ -507,54 +510,6 @@ async fn wait_any(listeners: &mut [Box<dyn Listener>], max: Duration) {
         return;
     }
     select_all(listeners.iter_mut().map(|l| l.changed(max))).await;
-}
-
-/// A store that could not be opened: every call fails with the reason it could not.
-struct Down {
-    desc: String,
-    error: StoreError,
-}
-
-impl Down {
-    fn err<T>(&self) -> StoreResult<T> {
-        Err(match &self.error {
-            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-            StoreError::Refused(m) => StoreError::Refused(m.clone()),
-            StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
-            StoreError::Invalid(m) => StoreError::Invalid(m.clone()),
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Down {
-    fn describe(&self) -> &str {
-        &self.desc
-    }
-    async fn try_acquire(&self, _: &Acquire, _: bool) -> StoreResult<Attempt> {
-        self.err()
-    }
-    async fn listen(&self, _: &Acquire) -> StoreResult<Box<dyn Listener>> {
-        self.err()
-    }
-    async fn renew(&self, _: &[String], _: &str, _: Duration) -> StoreResult<bool> {
-        self.err()
-    }
-    async fn release(&self, _: &[String], _: &str) -> StoreResult<bool> {
-        self.err()
-    }
-    async fn force_release(&self, _: &[String]) -> StoreResult<bool> {
-        self.err()
-    }
-    async fn raise_fence(&self, _: &[String], _: &[u64]) -> StoreResult<()> {
-        self.err()
-    }
-    async fn inspect(&self, _: &str) -> StoreResult<LockState> {
-        self.err()
-    }
-    async fn list(&self, _: &str) -> StoreResult<Vec<LockState>> {
-        self.err()
-    }
 }
 
 /// How the lease before this one ended, over all names of a lease (the worst answer wins).
