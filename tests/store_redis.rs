@@ -137,15 +137,7 @@ fn list_and_inspect_see_every_holder() {
     for n in ["app/a", "app/b", "other"] {
         assert_code(&env.run(&["lock", n]), 0);
     }
-    let v: serde_json::Value =
-        serde_json::from_str(&stdout(&env.run(&["--json", "list", "app/"]))).unwrap();
-    let names: Vec<&str> = v["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["app/a", "app/b"]);
+    assert_eq!(listed(&env, "app/"), ["app/a", "app/b"]);
     let text = stdout(&env.run(&["list"]));
     assert_eq!(text.lines().count(), 4, "{text}");
 }

@@ -300,3 +300,15 @@ pub fn next_holder_previous(env: &Env) -> (String, Duration) {
     assert_code(&o, 0);
     (stdout(&o), start.elapsed())
 }
+
+/// The names `dlock --json list PREFIX` reports as held, in its order.
+pub fn listed(env: &Env, prefix: &str) -> Vec<String> {
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["--json", "list", prefix]))).unwrap();
+    v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect()
+}
