@@ -5,7 +5,8 @@
 //! - handoff: 8 contenders in one process loop on one lock; the time from a holder starting
 //!   its release to the next holder's grant (release, notification, grant).
 //!
-//! Run: cargo bench --bench acquire [-- ROUNDS]   (default 2000 rounds per setup)
+//! Run: cargo bench --bench acquire [-- ROUNDS] [SETUP...]   (default 2000 rounds per setup;
+//! SETUP: run only the setups whose name contains it, e.g. `etcd`)
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -98,7 +99,24 @@ fn handoff(
     })
 }
 
-fn row(name: &str, t: &[Duration], base: Option<Duration>) -> Duration {
+/// Setups named on the command line (any argument that is not a number) run alone.
+fn wanted(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a.parse::<usize>().is_err() && !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
+fn row(
+    name: &str,
+    run: impl FnOnce() -> Vec<Duration>,
+    base: Option<Duration>,
+) -> Option<Duration> {
+    if !wanted(name) {
+        return None;
+    }
+    let t = run();
     let q = |p: f64| t[((t.len() - 1) as f64 * p) as usize];
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let rel = base.map_or("1.00".into(), |b| format!("{:.2}", us(q(0.5)) / us(b)));
@@ -109,7 +127,7 @@ fn row(name: &str, t: &[Duration], base: Option<Duration>) -> Duration {
         us(q(0.9)),
         us(t[t.len() - 1])
     );
-    q(0.5)
+    Some(q(0.5))
 }
 
 fn main() {
@@ -122,72 +140,58 @@ fn main() {
         .build()
         .unwrap();
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    let cluster = RedisCluster::start(3, 0);
+    let cluster = wanted("Redis Cluster, 3 masters").then(|| RedisCluster::start(3, 0));
     let parse = |u: String| url::parse(&u).unwrap();
     let all: Vec<StoreUrl> = servers.iter().map(|s| parse(s.url())).collect();
     let dir = common::temp_dir();
-    println!("acquire + release, {rounds} rounds each (µs)\n");
-    println!("| setup | min | median | p90 | max | median vs single |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let single = row("single Redis", &measure(&rt, &all[..1], rounds), None);
-    row(
-        "quorum of 3",
-        &measure(&rt, &all[..3], rounds),
-        Some(single),
-    );
-    row("quorum of 5", &measure(&rt, &all, rounds), Some(single));
-    row(
-        "Redis Cluster, 3 masters",
-        &measure(&rt, &[parse(cluster.url())], rounds),
-        Some(single),
-    );
     let file = StoreUrl::File {
         dir: dir.path().to_path_buf(),
     };
-    row("file store", &measure(&rt, &[file], rounds), Some(single));
-    let etcd = EtcdServer::start();
+    let etcd = wanted("etcd, one node").then(EtcdServer::start);
+    let zk = wanted("ZooKeeper, standalone").then(ZkServer::start);
+    let etcd_url = || vec![parse(etcd.as_ref().unwrap().url())];
+    let zk_url = || vec![parse(zk.as_ref().unwrap().url())];
+
+    println!("acquire + release, {rounds} rounds each (µs)\n");
+    println!("| setup | min | median | p90 | max | median vs single |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let m = |urls: &[StoreUrl], n: usize| measure(&rt, urls, n);
+    let single = row("single Redis", || m(&all[..1], rounds), None);
+    row("quorum of 3", || m(&all[..3], rounds), single);
+    row("quorum of 5", || m(&all, rounds), single);
     row(
-        "etcd, one node",
-        &measure(&rt, &[parse(etcd.url())], rounds / 4),
-        Some(single),
+        "Redis Cluster, 3 masters",
+        || m(&[parse(cluster.as_ref().unwrap().url())], rounds),
+        single,
     );
-    let zk = ZkServer::start();
     row(
-        "ZooKeeper, standalone",
-        &measure(&rt, &[parse(zk.url())], rounds / 4),
-        Some(single),
+        "file store",
+        || m(std::slice::from_ref(&file), rounds),
+        single,
     );
-    servers[4].pause();
+    row("etcd, one node", || m(&etcd_url(), rounds / 4), single);
+    row("ZooKeeper, standalone", || m(&zk_url(), rounds / 4), single);
     // A stopped server costs its store timeout only while connecting; each round then waits
     // for a majority, not for it (the fan-out returns when all answered or timed out).
     row(
         "quorum of 5, one stopped",
-        &measure(&rt, &all, rounds / 10),
-        Some(single),
+        || {
+            servers[4].pause();
+            let t = m(&all, rounds / 10);
+            servers[4].resume();
+            t
+        },
+        single,
     );
-    servers[4].resume();
 
-    println!(
-        "\nhandoff between 8 contenders, {} handoffs each (µs)\n",
-        rounds / 4
-    );
+    let h = rounds / 4;
+    println!("\nhandoff between 8 contenders, {h} handoffs each (µs)\n");
     println!("| setup | min | median | p90 | max | median vs single Redis |");
     println!("|---|---:|---:|---:|---:|---:|");
-    let h = rounds / 4;
-    let single = row("single Redis", &handoff(&rt, &all[..1], 8, h), None);
-    row("quorum of 3", &handoff(&rt, &all[..3], 8, h), Some(single));
-    let file = StoreUrl::File {
-        dir: dir.path().to_path_buf(),
-    };
-    row("file store", &handoff(&rt, &[file], 8, h), Some(single));
-    row(
-        "etcd, one node",
-        &handoff(&rt, &[parse(etcd.url())], 8, h),
-        Some(single),
-    );
-    row(
-        "ZooKeeper, standalone",
-        &handoff(&rt, &[parse(zk.url())], 8, h),
-        Some(single),
-    );
+    let hand = |urls: &[StoreUrl]| handoff(&rt, urls, 8, h);
+    let single = row("single Redis", || hand(&all[..1]), None);
+    row("quorum of 3", || hand(&all[..3]), single);
+    row("file store", || hand(std::slice::from_ref(&file)), single);
+    row("etcd, one node", || hand(&etcd_url()), single);
+    row("ZooKeeper, standalone", || hand(&zk_url()), single);
 }
