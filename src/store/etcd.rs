@@ -10,6 +10,7 @@
 mod conn;
 mod grant;
 mod layout;
+mod pool;
 mod watch;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use super::{
 };
 use conn::Endpoints;
 use layout::{Blocker, Layout, Queue, Seen};
+use pool::{Free, Pool};
 
 /// One name's queue and record at one revision, per name in request order.
 struct Snapshot {
@@ -42,7 +44,16 @@ const WAIT_RENEW: Duration = Duration::from_secs(1);
 
 struct Waiting {
     lease: i64,
+    ttl: i64,
+    /// Sent no later than the grant or keep-alive that last set its ttl going.
     renewed: Instant,
+}
+
+/// What this process last wrote for a lease it holds: enough to release it in one
+/// transaction without reading first (a stale copy only fails the transaction's compares).
+struct Held {
+    names: Vec<String>,
+    snap: Snapshot,
 }
 
 /// What a queued waiter of this process watches, and from which revision on.
@@ -50,6 +61,11 @@ struct Waiting {
 struct Block {
     what: Blocker,
     rev: i64,
+    /// The waiter's own entry's create revision, when it may follow the holder ahead of it
+    /// without reading (one name, exclusive) ...
+    create: Option<i64>,
+    /// ... once the listener saw that entry deleted, as it was before.
+    gone: Option<Seen>,
 }
 
 pub struct EtcdStore {
@@ -63,6 +79,12 @@ struct Inner {
     /// The server's smallest lease ttl, once a grant revealed it (etcd raises shorter ones).
     min_ttl: AtomicI64,
     waiting: Mutex<HashMap<String, Waiting>>,
+    /// A holder's lease granted ahead for a queued waiter, so the grant that ends its wait
+    /// need not write one: a keep-alive, sent with the grant's read, starts its ttl afresh
+    /// and costs no consensus round.
+    spare: Mutex<HashMap<String, Free>>,
+    pool: Pool,
+    held: Mutex<HashMap<String, Held>>,
     blocks: Mutex<HashMap<String, Block>>,
 }
 
@@ -81,6 +103,9 @@ impl EtcdStore {
                 desc: url.to_string(),
                 min_ttl: AtomicI64::new(0),
                 waiting: Mutex::new(HashMap::new()),
+                spare: Mutex::new(HashMap::new()),
+                pool: Pool::default(),
+                held: Mutex::new(HashMap::new()),
                 blocks: Mutex::new(HashMap::new()),
             }),
         })
@@ -151,6 +176,21 @@ impl Inner {
 
     /// Grant an etcd lease of at least `secs`; returns its id and the ttl etcd gave it.
     async fn grant_lease(&self, secs: i64) -> StoreResult<(i64, i64)> {
+        let l = self.new_lease(secs).await?;
+        Ok((l.id, l.ttl))
+    }
+
+    /// A lease of `secs` (or the server's least ttl): from the pool if it has one, else new.
+    async fn lease_for(&self, secs: i64, fresh: Option<Duration>) -> StoreResult<Free> {
+        let secs = secs.max(self.min_ttl.load(Ordering::Relaxed));
+        match self.pool.take(secs, fresh) {
+            Some(l) => Ok(l),
+            None => self.new_lease(secs).await,
+        }
+    }
+
+    async fn new_lease(&self, secs: i64) -> StoreResult<Free> {
+        let sent = Instant::now();
         let lease = self.conn.client.lease_client();
         let resp = self
             .conn
@@ -162,7 +202,18 @@ impl Inner {
         if resp.ttl() > secs {
             self.min_ttl.fetch_max(resp.ttl(), Ordering::Relaxed);
         }
-        Ok((resp.id(), resp.ttl()))
+        Ok(Free {
+            id: resp.id(),
+            ttl: resp.ttl(),
+            renewed: Some(sent),
+        })
+    }
+
+    /// Keep a lease that holds no keys for the next waiter (see `pool`).
+    fn recycle(&self, lease: Free) {
+        if let Some(id) = self.pool.put(lease) {
+            self.revoke_later(id);
+        }
     }
 
     /// One keep-alive. `Ok(false)`: the lease is gone.
@@ -220,12 +271,36 @@ impl Inner {
         });
     }
 
-    /// `token` waits no more on this store: forget its watch target and drop its waiting lease.
+    /// `token` waits no more on this store: forget its watch target and drop its waiting
+    /// lease (revoked: its entries, if any are left, go with it).
     fn done_waiting(&self, token: &str) {
         self.blocks.lock().unwrap().remove(token);
         let waiting = self.waiting.lock().unwrap().remove(token);
         if let Some(w) = waiting {
             self.revoke_later(w.lease);
+        }
+        self.drop_spare(token);
+    }
+
+    /// `token` was granted: its entries moved to the holder's lease, so its waiting lease
+    /// holds nothing any more and is kept for another waiter, as is an unused spare.
+    fn granted_after_wait(&self, token: &str) {
+        self.blocks.lock().unwrap().remove(token);
+        let waiting = self.waiting.lock().unwrap().remove(token);
+        if let Some(w) = waiting {
+            self.recycle(Free {
+                id: w.lease,
+                ttl: w.ttl,
+                renewed: Some(w.renewed),
+            });
+        }
+        self.drop_spare(token);
+    }
+
+    fn drop_spare(&self, token: &str) {
+        let spare = self.spare.lock().unwrap().remove(token);
+        if let Some(l) = spare {
+            self.recycle(l);
         }
     }
 

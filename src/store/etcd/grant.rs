@@ -15,9 +15,9 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
-use super::layout::{Entry, Record, encode, lease_secs};
-use super::{Block, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
-use crate::store::{Acquire, Attempt, Granted, StoreError, StoreResult};
+use super::layout::{Entry, Queue, Record, Seen, encode, lease_secs, released_by};
+use super::{Block, Free, Held, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
+use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreError, StoreResult};
 
 /// Rounds of read-decide-write before answering busy under heavy contention; the engine then
 /// comes back after a short pause.
@@ -25,21 +25,32 @@ const ROUNDS: usize = 8;
 
 impl Inner {
     pub(super) async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
-        // The holder's lease is granted inside the attempt that uses it, never reused from an
-        // earlier one: its ttl must run from no earlier than the engine's send time.
-        let mut lease: Option<(i64, i64)> = None;
+        // The holder's lease must run from no earlier than the engine's send time: it is
+        // granted inside the attempt that uses it, or it is the waiter's spare, renewed here.
+        if queue && let Some(granted) = self.take_over(req).await? {
+            return Ok(Attempt::Granted(granted));
+        }
+        let (first, mut lease) = self.read_and_refresh_spare(req).await;
+        let mut snap = first?;
+        let spare = lease.map(|l| l.id);
         let mut outcome = Attempt::Busy {
             retry_after: Some(Duration::from_millis(5)),
         };
-        for _ in 0..ROUNDS {
-            let snap = self.read(&req.names).await?;
+        for round in 0..ROUNDS {
+            if round > 0 {
+                snap = self.read(&req.names).await?;
+            }
             if snap.queues.iter().all(|q| q.admits(&req.token, req.mode)) {
-                let (id, ttl) = match lease {
+                let l = match lease {
                     Some(l) => l,
-                    None => *lease.insert(self.grant_lease(lease_secs(req.ttl)).await?),
+                    None => *lease.insert(self.new_lease(lease_secs(req.ttl)).await?),
                 };
-                if let Some(granted) = self.grant(req, &snap, id, ttl).await? {
-                    self.done_waiting(&req.token);
+                let g = self.grant(req, &snap, l.id, l.ttl).await?;
+                if let Some(granted) = g {
+                    if Some(l.id) == spare {
+                        self.spare.lock().unwrap().remove(&req.token);
+                    }
+                    self.granted_after_wait(&req.token);
                     return Ok(Attempt::Granted(granted));
                 }
                 continue;
@@ -57,10 +68,106 @@ impl Inner {
             outcome = Attempt::Busy { retry_after: None };
             break;
         }
-        if let Some((id, _)) = lease {
-            self.revoke_later(id);
+        if let Some(l) = lease.filter(|l| Some(l.id) != spare) {
+            self.recycle(l);
         }
         Ok(outcome)
+    }
+
+    /// Follow the holder ahead without reading, once the listener saw its key deleted.
+    /// The waiter is exclusive and the deleted entry was an exclusive holder right ahead of
+    /// it, so nothing is left ahead: nothing can queue ahead of an entry that exists. One
+    /// transaction holds if the record reads exactly as that holder's release leaves it (no
+    /// expiry, force or raised fence came between), sent together with the keep-alive that
+    /// starts the spare lease's ttl afresh. `None`: not that case, or something came
+    /// between; the caller reads and decides.
+    async fn take_over(&self, req: &Acquire) -> StoreResult<Option<Vec<Granted>>> {
+        let ahead = match self.blocks.lock().unwrap().get_mut(&req.token) {
+            Some(b) => b.gone.take().zip(b.create),
+            None => None,
+        };
+        let spare = self.spare.lock().unwrap().get(&req.token).copied();
+        let (Some((gone, create)), Some(lease)) = (ahead, spare) else {
+            return Ok(None);
+        };
+        if !gone.entry.h || gone.mode() != Mode::Exclusive {
+            return Ok(None);
+        }
+        let name = &req.names[0];
+        let key = self.layout.entry(name, &req.token);
+        let offset = gone.entry.o;
+        let entry = Entry {
+            m: req.mode.code(),
+            h: true,
+            o: offset,
+            f: None,
+            t: lease.ttl,
+            n: req.names.clone(),
+            meta: req.meta.clone(),
+        };
+        let record = Record {
+            t: req.token.clone(),
+            p: Previous::Released.as_str().into(),
+            r: false,
+            o: offset,
+            f: None,
+        };
+        let expected = encode(&released_by(&gone));
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, create),
+                Compare::value(self.layout.record(name), CompareOp::Equal, expected),
+            ])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    encode(&entry),
+                    Some(PutOptions::new().with_lease(lease.id)),
+                ),
+                TxnOp::put(self.layout.record(name), encode(&record), None),
+            ]);
+        let (resp, alive) = tokio::join!(self.txn(txn), self.keep_alive(lease.id));
+        let resp = match resp {
+            Ok(resp) => resp,
+            Err(e) if e.to_string().contains("lease not found") => {
+                self.spare.lock().unwrap().remove(&req.token);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        if !matches!(alive, Ok(true)) {
+            // Held on a lease whose ttl nobody renewed after the engine's send time: the
+            // engine gives back what an erroring store may have granted.
+            return Err(StoreError::Unavailable(
+                "etcd: the lease for a grant could not be renewed".into(),
+            ));
+        }
+        self.spare.lock().unwrap().remove(&req.token);
+        self.granted_after_wait(&req.token);
+        let rev = resp.header().map_or(0, |h| h.revision()).max(0);
+        self.remember_grant(req, rev, lease.id, vec![(key, Some(create), entry, record)]);
+        Ok(Some(vec![Granted {
+            fence: (rev as u64).saturating_add(offset),
+            previous: Previous::Released,
+        }]))
+    }
+
+    /// The first read of an attempt, and, for a waiter with a spare lease, a keep-alive of it
+    /// at the same time. The spare comes back only if it is still alive.
+    async fn read_and_refresh_spare(&self, req: &Acquire) -> (StoreResult<Snapshot>, Option<Free>) {
+        let spare = self.spare.lock().unwrap().get(&req.token).copied();
+        let Some(l) = spare else {
+            return (self.read(&req.names).await, None);
+        };
+        let (snap, alive) = tokio::join!(self.read(&req.names), self.keep_alive(l.id));
+        if matches!(alive, Ok(true)) {
+            return (snap, Some(l));
+        }
+        self.spare.lock().unwrap().remove(&req.token);
+        (snap, None)
     }
 
     /// The grant transaction. `None`: something changed since the read.
@@ -74,8 +181,10 @@ impl Inner {
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
         let mut told = Vec::new();
+        let mut written = Vec::new();
         for (name, q) in req.names.iter().zip(&snap.queues) {
             let key = self.layout.entry(name, &req.token);
+            let created = q.find(&req.token).map(|e| e.create);
             cmps.push(match q.find(&req.token) {
                 Some(e) => Compare::create_revision(key.clone(), CompareOp::Equal, e.create),
                 None => {
@@ -96,7 +205,7 @@ impl Inner {
                 meta: req.meta.clone(),
             };
             ops.push(TxnOp::put(
-                key,
+                key.clone(),
                 encode(&entry),
                 Some(PutOptions::new().with_lease(lease)),
             ));
@@ -109,12 +218,15 @@ impl Inner {
             };
             ops.push(TxnOp::put(self.layout.record(name), encode(&record), None));
             told.push((offset, previous));
+            written.push((key, created, entry, record));
         }
         let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
         if !resp.succeeded() {
             return Ok(None);
         }
-        let rev = resp.header().map_or(0, |h| h.revision()).max(0) as u64;
+        let rev = resp.header().map_or(0, |h| h.revision()).max(0);
+        self.remember_grant(req, rev, lease, written);
+        let rev = rev as u64;
         Ok(Some(
             told.into_iter()
                 .map(|(offset, previous)| Granted {
@@ -123,6 +235,37 @@ impl Inner {
                 })
                 .collect(),
         ))
+    }
+
+    /// Keep what a grant wrote, for `release` (see `Held`).
+    fn remember_grant(
+        &self,
+        req: &Acquire,
+        rev: i64,
+        lease: i64,
+        written: Vec<(String, Option<i64>, Entry, Record)>,
+    ) {
+        let queues = written
+            .into_iter()
+            .map(|(key, created, entry, record)| Queue {
+                entries: vec![Seen {
+                    key: key.into_bytes(),
+                    token: req.token.clone(),
+                    entry,
+                    create: created.unwrap_or(rev),
+                    modrev: rev,
+                    lease,
+                }],
+                record: Some((record, rev)),
+            })
+            .collect();
+        self.held.lock().unwrap().insert(
+            req.token.clone(),
+            Held {
+                names: req.names.clone(),
+                snap: Snapshot { rev, queues },
+            },
+        );
     }
 
     fn record_unchanged(&self, name: &str, q: &super::Queue) -> Compare {
@@ -137,7 +280,8 @@ impl Inner {
     /// Put `req`'s waiting entries at the back of the queues, all in one transaction, so they
     /// share one create revision and every name orders the waiters alike.
     async fn enqueue(&self, req: &Acquire, snap: &Snapshot) -> StoreResult<()> {
-        let lease = self.waiting_lease(&req.token).await?;
+        let (lease, ()) = tokio::join!(self.waiting_lease(&req.token), self.grant_spare(req));
+        let lease = lease?;
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
         for (name, q) in req.names.iter().zip(&snap.queues) {
@@ -176,15 +320,33 @@ impl Inner {
         if let Some(id) = cached {
             return Ok(id);
         }
-        let (id, _) = self.grant_lease(WAIT_TTL).await?;
+        // Only a lease with most of its ttl left will do: `keep_waiting` renews it on time
+        // reckoned from `renewed`, and a lapse would cost the waiter its place in the queue.
+        let l = self.lease_for(WAIT_TTL, Some(WAIT_RENEW)).await?;
         self.waiting.lock().unwrap().insert(
             token.to_string(),
             Waiting {
-                lease: id,
-                renewed: Instant::now(),
+                lease: l.id,
+                ttl: l.ttl,
+                renewed: l.renewed.unwrap_or_else(Instant::now),
             },
         );
-        Ok(id)
+        Ok(l.id)
+    }
+
+    /// Grant a waiter's spare holder lease, unless it has one. Without it (say the grant
+    /// failed) the grant that ends the wait takes a lease of its own.
+    async fn grant_spare(&self, req: &Acquire) {
+        if self.spare.lock().unwrap().contains_key(&req.token) {
+            return;
+        }
+        // A pooled lease may be near its end; the keep-alive before its use renews it.
+        if let Ok(l) = self.lease_for(lease_secs(req.ttl), None).await {
+            let old = self.spare.lock().unwrap().insert(req.token.clone(), l);
+            if let Some(old) = old {
+                self.recycle(old);
+            }
+        }
     }
 
     /// Still queued: renew the waiting lease when due, and tell the listener what to watch.
@@ -196,6 +358,10 @@ impl Inner {
                     Block {
                         what,
                         rev: snap.rev,
+                        create: (req.names.len() == 1 && req.mode == Mode::Exclusive)
+                            .then(|| q.find(&req.token).map(|e| e.create))
+                            .flatten(),
+                        gone: None,
                     },
                 );
                 break;
@@ -211,13 +377,21 @@ impl Inner {
                 .is_none_or(|w| w.lease != lease || w.renewed.elapsed() >= WAIT_RENEW)
         };
         if due {
-            // A lost waiting lease takes the entries with it; the next round queues again.
-            self.keep_alive(lease).await?;
-            self.waiting.lock().unwrap().insert(
+            let sent = Instant::now();
+            let mut waiting = if self.keep_alive(lease).await? {
+                self.waiting.lock().unwrap()
+            } else {
+                // A lost waiting lease takes the entries with it; the next round queues again.
+                self.waiting.lock().unwrap().remove(&req.token);
+                return Ok(());
+            };
+            let ttl = waiting.get(&req.token).map_or(WAIT_TTL, |w| w.ttl);
+            waiting.insert(
                 req.token.clone(),
                 Waiting {
                     lease,
-                    renewed: Instant::now(),
+                    ttl,
+                    renewed: sent,
                 },
             );
         }
@@ -249,6 +423,7 @@ impl Inner {
             return Ok(true);
         }
         // Another ttl: move the keys to a lease of that ttl, if they are still ours.
+        self.held.lock().unwrap().remove(token);
         let (id, granted) = self.grant_lease(want).await?;
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
@@ -286,8 +461,13 @@ impl Inner {
 
     pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
         self.done_waiting(token);
+        let held = self.held.lock().unwrap().remove(token);
+        let mut cached = held.filter(|h| h.names == names).map(|h| h.snap);
         for _ in 0..ROUNDS {
-            let snap = self.read(names).await?;
+            let snap = match cached.take() {
+                Some(snap) => snap,
+                None => self.read(names).await?,
+            };
             let mut cmps = Vec::new();
             let mut ops = Vec::new();
             let mut held = false;
@@ -300,8 +480,10 @@ impl Inner {
                     e.create,
                 ));
                 ops.push(TxnOp::delete(e.key.clone(), None));
-                if e.entry.n.iter().all(|n| names.contains(n)) && !leases.contains(&e.lease) {
-                    leases.push(e.lease);
+                if e.entry.n.iter().all(|n| names.contains(n))
+                    && !leases.iter().any(|(l, _)| *l == e.lease)
+                {
+                    leases.push((e.lease, e.entry.h.then_some(e.entry.t)));
                 }
                 if !e.entry.h {
                     continue;
@@ -323,11 +505,18 @@ impl Inner {
             }
             let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
             if resp.succeeded() {
-                // The delete above is what frees the lock (and wakes the next waiter); the
-                // lease has no keys left, so its revoke need not hold up the caller: a third
-                // fsynced write on every release. If the process ends first, it runs out.
-                for lease in leases {
-                    self.revoke_later(lease);
+                // The delete above is what frees the lock (and wakes the next waiter). A
+                // holder's lease has no keys left and is kept for the next waiter; a waiting
+                // lease, whose ttl is not on record, is revoked without holding up the caller.
+                for (id, ttl) in leases {
+                    match ttl {
+                        Some(ttl) => self.recycle(Free {
+                            id,
+                            ttl,
+                            renewed: None,
+                        }),
+                        None => self.revoke_later(id),
+                    }
                 }
                 return Ok(held);
             }

@@ -255,6 +255,19 @@ impl Queue {
     }
 }
 
+/// The record as `release` leaves it when `holder`, the last lease granted, is released,
+/// if that grant had followed a released lease too: what the waiter right behind it expects
+/// to find there when it follows without reading.
+pub fn released_by(holder: &Seen) -> Record {
+    Record {
+        t: holder.token.clone(),
+        p: Previous::Released.as_str().into(),
+        r: true,
+        o: holder.entry.o,
+        f: Some(holder.fence()),
+    }
+}
+
 /// A lease's ttl in whole seconds, rounded up: the client's deadline assumes the store keeps
 /// the lease at least `ttl`.
 pub fn lease_secs(ttl: std::time::Duration) -> i64 {
@@ -351,6 +364,27 @@ mod tests {
             q.blocker("c", Mode::Limit(2), "r"),
             Some(Blocker::Queue(b"r".to_vec()))
         );
+    }
+
+    #[test]
+    fn a_release_leaves_the_record_a_follower_expects() {
+        // What `release` writes: the grant's record, marked released with the fence.
+        let holder = seen("a", Mode::Exclusive, true, 5);
+        let granted = Record {
+            t: "a".into(),
+            p: "released".into(),
+            o: 3,
+            ..Record::default()
+        };
+        let mut holder = holder;
+        holder.entry.o = 3;
+        let written = Record {
+            r: true,
+            f: Some(holder.fence()),
+            ..granted
+        };
+        assert_eq!(encode(&released_by(&holder)), encode(&written));
+        assert_eq!(released_by(&holder).f, Some(8));
     }
 
     #[test]

@@ -1,20 +1,25 @@
 //! A waiter's wake-up: an etcd watch on the one key that blocks it.
 //!
-//! Each queued attempt notes what blocks the waiter and the revision it read that at; the
-//! listener watches deletions of that key from the next revision on, so a release between
-//! the read and the watch is replayed rather than missed. Only the waiter right behind a
-//! release hears of it (limit slots excepted: there any holder leaving makes room, so those
-//! waiters watch the queue). A watch that fails costs one bounded poll, never a wrong answer:
-//! the engine always reads again.
+//! Each queued attempt notes what blocks the waiter and the revision it read that at. Only
+//! the waiter right behind a release hears of it (limit slots excepted: there any holder
+//! leaving makes room, so those waiters watch the queue). A watch that fails costs one
+//! bounded poll, never a wrong answer: the engine always reads again.
+//!
+//! A watch that starts from a past revision is "unsynced" in etcd and gets its events only
+//! from a catch-up pass that runs every 100 ms, which would put up to 100 ms on a handoff
+//! whenever anyone wrote between the read and the watch. So the key watch starts at the
+//! present, and the gap from the read to the watch's creation is closed by a read of the key:
+//! if it changed in between, the waiter wakes at once. The queue watch (limit slots) keeps
+//! the start revision: a gap there cannot be closed by reading one key.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{WatchFilterType, WatchOptions, WatchStream};
+use etcd_client::{WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 
 use super::Inner;
-use super::layout::Blocker;
+use super::layout::{Blocker, Seen};
 use crate::store::Listener;
 
 pub struct Predecessor {
@@ -42,17 +47,31 @@ impl Predecessor {
         if self.watching.as_ref().map(|(b, _)| b) != Some(&block.what) {
             self.watching = None;
             let (key, options) = match &block.what {
-                Blocker::Key(k) => (k.clone(), WatchOptions::new()),
-                Blocker::Queue(k) => (k.clone(), WatchOptions::new().with_prefix()),
+                Blocker::Key(k) => (k.clone(), WatchOptions::new().with_prev_key()),
+                Blocker::Queue(k) => (
+                    k.clone(),
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(block.rev + 1),
+                ),
             };
-            let options = options
-                .with_start_revision(block.rev + 1)
-                .with_filters([WatchFilterType::NoPut]);
+            let options = options.with_filters([WatchFilterType::NoPut]);
             let mut watch = self.inner.conn.client.watch_client();
-            match watch.watch(key, Some(options)).await {
-                Ok(stream) => self.watching = Some((block.what, stream)),
-                Err(_) => return std::future::pending().await,
+            let Ok(mut stream) = watch.watch(key.clone(), Some(options)).await else {
+                return std::future::pending().await;
+            };
+            if let Blocker::Key(_) = block.what {
+                let created = match stream.message().await {
+                    Ok(Some(resp)) if resp.created() && !resp.canceled() => {
+                        resp.header().map_or(i64::MAX, |h| h.revision())
+                    }
+                    _ => return std::future::pending().await,
+                };
+                if created > block.rev && !self.unchanged_since(&key, block.rev).await {
+                    return;
+                }
             }
+            self.watching = Some((block.what, stream));
         }
         let Some((_, stream)) = self.watching.as_mut() else {
             return;
@@ -60,13 +79,46 @@ impl Predecessor {
         loop {
             match stream.message().await {
                 Ok(Some(resp)) if resp.canceled() => break,
-                Ok(Some(resp)) if !resp.events().is_empty() => return,
+                Ok(Some(resp)) if !resp.events().is_empty() => {
+                    self.note_gone(&resp);
+                    return;
+                }
                 Ok(Some(_)) => {}
                 _ => break,
             }
         }
         // Cancelled (e.g. the revision was compacted) or broken: start afresh next time.
         self.watching = None;
+    }
+
+    /// The watched key was deleted: tell the next attempt what it was, so that it may
+    /// follow at once (see `grant::take_over`).
+    fn note_gone(&self, resp: &WatchResponse) {
+        let before = resp.events().iter().find_map(|e| e.prev_kv());
+        let Some(before) = before.and_then(Seen::from_kv) else {
+            return;
+        };
+        let mut blocks = self.inner.blocks.lock().unwrap();
+        let watched = self.watching.as_ref().map(|(b, _)| b);
+        if let Some(b) = blocks.get_mut(&self.token)
+            && b.what == Blocker::Key(before.key.clone())
+            && Some(&b.what) == watched
+        {
+            b.gone = Some(before);
+        }
+    }
+
+    /// The key still exists as it was at revision `rev` (an error counts as changed: the
+    /// engine then reads again, which is always safe).
+    async fn unchanged_since(&self, key: &[u8], rev: i64) -> bool {
+        let mut kv = self.inner.conn.client.kv_client();
+        match kv.get(key.to_vec(), None).await {
+            Ok(resp) => resp
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.mod_revision() <= rev),
+            Err(_) => false,
+        }
     }
 }
 
