@@ -730,6 +730,9 @@ struct Summary {
     stuck: usize,
     /// Longest wait from a holder's death or freeze to the next entry.
     max_gap_ms: u64,
+    /// Median time from one section's clean exit to the next section's entry: a whole
+    /// handoff between processes (release, wake-up, grant, fork and exec of the next child).
+    median_handoff_us: u64,
     left_behind: usize,
     details: Vec<String>,
 }
@@ -779,6 +782,12 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
         }
         active.push(cur);
     }
+    let mut handoffs: Vec<u64> = secs
+        .windows(2)
+        .filter_map(|w| w[0].exit.map(|x| w[1].enter.saturating_sub(x) / 1000))
+        .collect();
+    handoffs.sort_unstable();
+    s.median_handoff_us = handoffs.get(handoffs.len() / 2).copied().unwrap_or(0);
     // Fences: strictly rising in entry order.
     let mut top = 0;
     for cur in &secs {
@@ -943,8 +952,8 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     };
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
-         fence-regressions={} stuck={} left-behind={}{beyond_txt} max-free-ms={} exits={} \
-         time={:.0}s{}",
+         fence-regressions={} stuck={} left-behind={}{beyond_txt} max-free-ms={} median-handoff-ms={:.2} \
+         exits={} time={:.0}s{}",
         summary.sections,
         run.cfg.clients,
         humantime::format_duration(run.cfg.ttl),
@@ -959,6 +968,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         summary.stuck,
         summary.left_behind,
         summary.max_gap_ms,
+        summary.median_handoff_us as f64 / 1000.0,
         exits
             .iter()
             .map(|(k, v)| format!("{k}:{v}"))

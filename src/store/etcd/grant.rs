@@ -10,6 +10,7 @@
 //! someone else wrote in between: read again.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -26,13 +27,21 @@ const ROUNDS: usize = 8;
 impl Inner {
     pub(super) async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         // The holder's lease must run from no earlier than the engine's send time: it is
-        // granted inside the attempt that uses it, or it is the waiter's spare, renewed here.
+        // granted, or a kept one renewed, inside the attempt that uses it.
         if queue && let Some(granted) = self.take_over(req).await? {
             return Ok(Attempt::Granted(granted));
         }
-        let (first, mut lease) = self.read_and_refresh_spare(req).await;
-        let mut snap = first?;
-        let spare = lease.map(|l| l.id);
+        let (first, mut lease, is_spare) = self.read_with_lease(req, queue).await;
+        let spare = lease.filter(|_| is_spare).map(|l| l.id);
+        let mut snap = match first {
+            Ok(snap) => snap,
+            Err(e) => {
+                if let Some(l) = lease.filter(|_| !is_spare) {
+                    self.recycle(l);
+                }
+                return Err(e);
+            }
+        };
         let mut outcome = Attempt::Busy {
             retry_after: Some(Duration::from_millis(5)),
         };
@@ -155,19 +164,44 @@ impl Inner {
         }]))
     }
 
-    /// The first read of an attempt, and, for a waiter with a spare lease, a keep-alive of it
-    /// at the same time. The spare comes back only if it is still alive.
-    async fn read_and_refresh_spare(&self, req: &Acquire) -> (StoreResult<Snapshot>, Option<Free>) {
+    /// The first read of an attempt, and at the same time the lease a grant would use: the
+    /// waiter's spare, renewed by a keep-alive; or, for a first try, a pooled lease renewed
+    /// so or else a new one (a queued waiter without a spare takes a lease only when it is
+    /// admitted: its tries are many). The third value says it is the spare; a lease a busy
+    /// attempt leaves unused goes to the pool.
+    async fn read_with_lease(
+        &self,
+        req: &Acquire,
+        queue: bool,
+    ) -> (StoreResult<Snapshot>, Option<Free>, bool) {
         let spare = self.spare.lock().unwrap().get(&req.token).copied();
-        let Some(l) = spare else {
-            return (self.read(&req.names).await, None);
+        let is_spare = spare.is_some();
+        let lease = async {
+            if let Some(l) = spare {
+                if matches!(self.keep_alive(l.id).await, Ok(true)) {
+                    return Some(l);
+                }
+                self.spare.lock().unwrap().remove(&req.token);
+                return None;
+            }
+            if queue {
+                return None;
+            }
+            let secs = lease_secs(req.ttl).max(self.min_ttl.load(Ordering::Relaxed));
+            if let Some(l) = self.pool.take(secs, None) {
+                let sent = Instant::now();
+                if matches!(self.keep_alive(l.id).await, Ok(true)) {
+                    return Some(Free {
+                        renewed: Some(sent),
+                        ..l
+                    });
+                }
+            }
+            self.new_lease(secs).await.ok()
         };
-        let (snap, alive) = tokio::join!(self.read(&req.names), self.keep_alive(l.id));
-        if matches!(alive, Ok(true)) {
-            return (snap, Some(l));
-        }
-        self.spare.lock().unwrap().remove(&req.token);
-        (snap, None)
+        let (snap, lease) = tokio::join!(self.read(&req.names), lease);
+        let is_spare = is_spare && lease.is_some();
+        (snap, lease, is_spare)
     }
 
     /// The grant transaction. `None`: something changed since the read.
@@ -418,7 +452,7 @@ impl Inner {
                 return Ok(false);
             }
         }
-        let want = lease_secs(ttl).max(self.min_ttl.load(std::sync::atomic::Ordering::Relaxed));
+        let want = lease_secs(ttl).max(self.min_ttl.load(Ordering::Relaxed));
         if seen.iter().all(|s| s.entry.t == want) {
             return Ok(true);
         }
