@@ -174,12 +174,6 @@ impl Inner {
         Ok(out)
     }
 
-    /// Grant an etcd lease of at least `secs`; returns its id and the ttl etcd gave it.
-    async fn grant_lease(&self, secs: i64) -> StoreResult<(i64, i64)> {
-        let l = self.new_lease(secs).await?;
-        Ok((l.id, l.ttl))
-    }
-
     /// A lease of `secs` (or the server's least ttl): from the pool if it has one, else new.
     async fn lease_for(&self, secs: i64, fresh: Option<Duration>) -> StoreResult<Free> {
         let secs = secs.max(self.min_ttl.load(Ordering::Relaxed));
@@ -189,15 +183,11 @@ impl Inner {
         }
     }
 
+    /// Grant an etcd lease of at least `secs`, with the ttl etcd gave it.
     async fn new_lease(&self, secs: i64) -> StoreResult<Free> {
         let sent = Instant::now();
-        let lease = self.conn.client.lease_client();
         let resp = self
-            .conn
-            .call(|| {
-                let mut lease = lease.clone();
-                async move { lease.grant(secs, None).await }
-            })
+            .lease_call(|mut lease| async move { lease.grant(secs, None).await })
             .await?;
         if resp.ttl() > secs {
             self.min_ttl.fetch_max(resp.ttl(), Ordering::Relaxed);
@@ -218,48 +208,41 @@ impl Inner {
 
     /// One keep-alive. `Ok(false)`: the lease is gone.
     async fn keep_alive(&self, id: i64) -> StoreResult<bool> {
-        let lease = self.conn.client.lease_client();
-        self.conn
-            .call(|| {
-                let mut lease = lease.clone();
-                async move {
-                    match lease.keep_alive(id).await {
-                        // Dropping the keeper and its stream ends the gRPC stream: one renewal.
-                        Ok(_) => Ok(true),
-                        Err(etcd_client::Error::LeaseKeepAliveError(m))
-                            if m.contains("not found") =>
-                        {
-                            Ok(false)
-                        }
-                        Err(e) => Err(e),
-                    }
+        self.lease_call(|mut lease| async move {
+            match lease.keep_alive(id).await {
+                // Dropping the keeper and its stream ends the gRPC stream: one renewal.
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
+                    Ok(false)
                 }
-            })
-            .await
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     async fn revoke(&self, id: i64) {
-        let lease = self.conn.client.lease_client();
         let _ = self
-            .conn
-            .call(|| {
-                let mut lease = lease.clone();
-                async move { lease.revoke(id).await }
-            })
+            .lease_call(|mut lease| async move { lease.revoke(id).await })
             .await;
     }
 
     /// Seconds left on a lease (negative: gone).
     async fn ttl_left(&self, id: i64) -> StoreResult<i64> {
-        let lease = self.conn.client.lease_client();
         let resp = self
-            .conn
-            .call(|| {
-                let mut lease = lease.clone();
-                async move { lease.time_to_live(id, None).await }
-            })
+            .lease_call(|mut lease| async move { lease.time_to_live(id, None).await })
             .await?;
         Ok(resp.ttl())
+    }
+
+    /// One request to the lease service, retried on another member as `Endpoints::call` does.
+    async fn lease_call<T, F, Fut>(&self, request: F) -> StoreResult<T>
+    where
+        F: Fn(etcd_client::LeaseClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let lease = self.conn.client.lease_client();
+        self.conn.call(|| request(lease.clone())).await
     }
 
     /// Revoke a lease nobody needs any more, without waiting for it: if this process ends

@@ -31,23 +31,11 @@ use common::{Env, signal, temp_dir, wait_child};
 
 const NAME: &str = "checked";
 
-/// CLOCK_MONOTONIC straight from the kernel: a raw syscall, so that neither libfaketime (which
-/// the clock-jump victim runs under) nor anything else preloaded can bend the record.
+/// CLOCK_MONOTONIC straight from the kernel (dlock's own raw-syscall reading), so that neither
+/// libfaketime (which the clock-jump victim runs under) nor anything else preloaded can bend
+/// the record.
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is valid for writes; the syscall only fills it in.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clock_gettime,
-            libc::CLOCK_MONOTONIC,
-            &mut ts as *mut libc::timespec,
-        )
-    };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    dlock::sys::monotonic().as_nanos() as u64
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,6 +20,17 @@ use super::layout::{Entry, Queue, Record, Seen, encode, lease_secs, released_by}
 use super::{Block, Free, Held, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
 use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreError, StoreResult};
 
+/// What a grant writes for one name (see `Inner::holding`).
+struct Written {
+    key: String,
+    record_key: String,
+    created: Option<i64>,
+    entry: Entry,
+    record: Record,
+    previous: Previous,
+    lease: i64,
+}
+
 /// Rounds of read-decide-write before answering busy under heavy contention; the engine then
 /// comes back after a short pause.
 const ROUNDS: usize = 8;
@@ -54,7 +65,7 @@ impl Inner {
                     Some(l) => l,
                     None => *lease.insert(self.new_lease(lease_secs(req.ttl)).await?),
                 };
-                let g = self.grant(req, &snap, l.id, l.ttl).await?;
+                let g = self.grant(req, &snap, l).await?;
                 if let Some(granted) = g {
                     if Some(l.id) == spare {
                         self.spare.lock().unwrap().remove(&req.token);
@@ -103,38 +114,21 @@ impl Inner {
             return Ok(None);
         }
         let name = &req.names[0];
-        let key = self.layout.entry(name, &req.token);
-        let offset = gone.entry.o;
-        let entry = Entry {
-            m: req.mode.code(),
-            h: true,
-            o: offset,
-            f: None,
-            t: lease.ttl,
-            n: req.names.clone(),
-            meta: req.meta.clone(),
-        };
-        let record = Record {
-            t: req.token.clone(),
-            p: Previous::Released.as_str().into(),
-            r: false,
-            o: offset,
-            f: None,
-        };
+        let w = self.holding(
+            req,
+            name,
+            Some(create),
+            gone.entry.o,
+            Previous::Released,
+            lease,
+        );
         let expected = encode(&released_by(&gone));
         let txn = Txn::new()
             .when([
-                Compare::create_revision(key.clone(), CompareOp::Equal, create),
+                Compare::create_revision(w.key.clone(), CompareOp::Equal, create),
                 Compare::value(self.layout.record(name), CompareOp::Equal, expected),
             ])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    encode(&entry),
-                    Some(PutOptions::new().with_lease(lease.id)),
-                ),
-                TxnOp::put(self.layout.record(name), encode(&record), None),
-            ]);
+            .and_then(self.puts(&w));
         let (resp, alive) = tokio::join!(self.txn(txn), self.keep_alive(lease.id));
         let resp = match resp {
             Ok(resp) => resp,
@@ -157,11 +151,7 @@ impl Inner {
         self.spare.lock().unwrap().remove(&req.token);
         self.granted_after_wait(&req.token);
         let rev = resp.header().map_or(0, |h| h.revision()).max(0);
-        self.remember_grant(req, rev, lease.id, vec![(key, Some(create), entry, record)]);
-        Ok(Some(vec![Granted {
-            fence: (rev as u64).saturating_add(offset),
-            previous: Previous::Released,
-        }]))
+        Ok(Some(self.remember_grant(req, rev, vec![w])))
     }
 
     /// The first read of an attempt, and at the same time the lease a grant would use: the
@@ -209,88 +199,103 @@ impl Inner {
         &self,
         req: &Acquire,
         snap: &Snapshot,
-        lease: i64,
-        ttl: i64,
+        lease: Free,
     ) -> StoreResult<Option<Vec<Granted>>> {
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
-        let mut told = Vec::new();
         let mut written = Vec::new();
         for (name, q) in req.names.iter().zip(&snap.queues) {
-            let key = self.layout.entry(name, &req.token);
             let created = q.find(&req.token).map(|e| e.create);
-            cmps.push(match q.find(&req.token) {
-                Some(e) => Compare::create_revision(key.clone(), CompareOp::Equal, e.create),
+            let w = self.holding(req, name, created, q.offset(), q.previous(), lease);
+            cmps.push(match created {
+                Some(c) => Compare::create_revision(w.key.clone(), CompareOp::Equal, c),
                 None => {
                     Compare::create_revision(self.layout.queue(name), CompareOp::Less, snap.rev + 1)
                         .with_prefix()
                 }
             });
             cmps.push(self.record_unchanged(name, q));
-            let previous = q.previous();
-            let offset = q.offset();
-            let entry = Entry {
-                m: req.mode.code(),
-                h: true,
-                o: offset,
-                f: None,
-                t: ttl,
-                n: req.names.clone(),
-                meta: req.meta.clone(),
-            };
-            ops.push(TxnOp::put(
-                key.clone(),
-                encode(&entry),
-                Some(PutOptions::new().with_lease(lease)),
-            ));
-            let record = Record {
-                t: req.token.clone(),
-                p: previous.as_str().into(),
-                r: false,
-                o: offset,
-                f: None,
-            };
-            ops.push(TxnOp::put(self.layout.record(name), encode(&record), None));
-            told.push((offset, previous));
-            written.push((key, created, entry, record));
+            ops.extend(self.puts(&w));
+            written.push(w);
         }
         let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
         if !resp.succeeded() {
             return Ok(None);
         }
         let rev = resp.header().map_or(0, |h| h.revision()).max(0);
-        self.remember_grant(req, rev, lease, written);
-        let rev = rev as u64;
-        Ok(Some(
-            told.into_iter()
-                .map(|(offset, previous)| Granted {
-                    fence: rev.saturating_add(offset),
-                    previous,
-                })
-                .collect(),
-        ))
+        Ok(Some(self.remember_grant(req, rev, written)))
     }
 
-    /// Keep what a grant wrote, for `release` (see `Held`).
-    fn remember_grant(
+    /// What a grant of `name` to `req` writes: the holder's entry (the waiting one, created at
+    /// `created`, or a new one) under `lease`, and the record.
+    fn holding(
         &self,
         req: &Acquire,
-        rev: i64,
-        lease: i64,
-        written: Vec<(String, Option<i64>, Entry, Record)>,
-    ) {
+        name: &str,
+        created: Option<i64>,
+        offset: u64,
+        previous: Previous,
+        lease: Free,
+    ) -> Written {
+        Written {
+            key: self.layout.entry(name, &req.token),
+            record_key: self.layout.record(name),
+            created,
+            entry: Entry {
+                m: req.mode.code(),
+                h: true,
+                o: offset,
+                f: None,
+                t: lease.ttl,
+                n: req.names.clone(),
+                meta: req.meta.clone(),
+            },
+            record: Record {
+                t: req.token.clone(),
+                p: previous.as_str().into(),
+                r: false,
+                o: offset,
+                f: None,
+            },
+            previous,
+            lease: lease.id,
+        }
+    }
+
+    /// The two puts of a grant.
+    fn puts(&self, w: &Written) -> [TxnOp; 2] {
+        [
+            TxnOp::put(
+                w.key.clone(),
+                encode(&w.entry),
+                Some(PutOptions::new().with_lease(w.lease)),
+            ),
+            TxnOp::put(w.record_key.clone(), encode(&w.record), None),
+        ]
+    }
+
+    /// Keep what a grant wrote at revision `rev`, for `release` (see `Held`), and tell the
+    /// engine what it got.
+    fn remember_grant(&self, req: &Acquire, rev: i64, written: Vec<Written>) -> Vec<Granted> {
+        let granted = written
+            .iter()
+            .map(|w| Granted {
+                fence: (rev.max(0) as u64).saturating_add(w.entry.o),
+                previous: w.previous,
+            })
+            .collect();
         let queues = written
             .into_iter()
-            .map(|(key, created, entry, record)| Queue {
+            .map(|w| Queue {
                 entries: vec![Seen {
-                    key: key.into_bytes(),
+                    key: w.key.into_bytes(),
                     token: req.token.clone(),
-                    entry,
-                    create: created.unwrap_or(rev),
+                    entry: w.entry,
+                    create: w.created.unwrap_or(rev),
                     modrev: rev,
-                    lease,
+                    lease: w.lease,
                 }],
-                record: Some((record, rev)),
+                record: Some((w.record, rev)),
             })
             .collect();
         self.held.lock().unwrap().insert(
@@ -300,6 +305,7 @@ impl Inner {
                 snap: Snapshot { rev, queues },
             },
         );
+        granted
     }
 
     fn record_unchanged(&self, name: &str, q: &super::Queue) -> Compare {
@@ -458,7 +464,9 @@ impl Inner {
         }
         // Another ttl: move the keys to a lease of that ttl, if they are still ours.
         self.held.lock().unwrap().remove(token);
-        let (id, granted) = self.grant_lease(want).await?;
+        let Free {
+            id, ttl: granted, ..
+        } = self.new_lease(want).await?;
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
         for s in &seen {
