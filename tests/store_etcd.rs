@@ -206,6 +206,26 @@ fn an_interrupted_waiter_leaves_no_key_behind() {
 }
 
 #[test]
+fn a_killed_waiter_holds_up_the_queue_for_a_ttl_at_most() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let holder = spawn_run(&env, "q", &["--ttl", "3s"], "sleep 2");
+    assert!(wait_for(Duration::from_secs(10), || held(&env, "q")));
+    let dead = spawn_run(&env, "q", &["--ttl", "3s"], "true");
+    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "q") == 1));
+    signal(dead.id(), libc::SIGKILL);
+    let next = spawn_run(&env, "q", &["--ttl", "3s"], "true");
+    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "q") == 2));
+    let t0 = Instant::now();
+    assert_code(&finish(holder, Duration::from_secs(10)), 0);
+    // The release may hand the lock to the dead waiter, whose lease then runs out unrenewed.
+    assert_code(&finish(next, Duration::from_secs(10)), 0);
+    assert!(t0.elapsed() < Duration::from_secs(7), "{:?}", t0.elapsed());
+    finish(dead, Duration::from_secs(1));
+    assert!(etcd.keys("dlock/default/q/#q/").is_empty());
+}
+
+#[test]
 fn no_reachable_node_is_exit_69_at_once() {
     let url = format!(
         "etcd://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",

@@ -21,6 +21,7 @@ pub fn merge(grants: &[&[Granted]]) -> Vec<Granted> {
                 .map(|g| g[j].previous)
                 .max()
                 .unwrap_or(Previous::None),
+            started: grants.iter().filter_map(|g| g[j].started).min(),
         })
         .collect()
 }
@@ -35,7 +36,11 @@ mod tests {
     use super::*;
 
     fn g(fence: u64, previous: Previous) -> Granted {
-        Granted { fence, previous }
+        Granted {
+            fence,
+            previous,
+            started: None,
+        }
     }
 
     #[test]

@@ -348,6 +348,11 @@ impl Engine {
                 return None;
             }
         }
+        // A store that handed over a lease renewed before this attempt reckons it from then.
+        let t0 = merged
+            .iter()
+            .filter_map(|g| g.started)
+            .fold(t0, Instant::min);
         timing::validity(req.ttl, t0.elapsed())?;
         Some(Lease {
             req: req.clone(),

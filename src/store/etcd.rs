@@ -5,7 +5,8 @@
 //! (see `layout` for the keys and the rules, `grant` for the transactions). Expiry is etcd's
 //! own: a holder that stops renewing loses its key with its lease, and the next grant learns
 //! from the record that it expired. Waiters queue by create revision and each watches only
-//! the key that blocks it (`watch`), so a release wakes one exclusive waiter, not the herd.
+//! the key that blocks it (`watch`), so a release wakes one exclusive waiter, not the herd;
+//! a release that knows that waiter hands it the lock in its own transaction (`grant`).
 
 mod conn;
 mod grant;
@@ -31,14 +32,15 @@ use layout::{Blocker, Layout, Queue, Seen};
 use pool::{Free, Pool};
 
 /// One name's queue and record at one revision, per name in request order.
+#[derive(Clone)]
 struct Snapshot {
     rev: i64,
     queues: Vec<Queue>,
 }
 
 /// A waiter's queue entries live on a short lease of their own, kept alive by its attempts
-/// (at least every `MAX_POLL`), so a waiter killed with SIGKILL blocks the queue for seconds,
-/// not for a whole ttl.
+/// (at least every `MAX_POLL`), so a waiter killed with SIGKILL leaves the queue in seconds
+/// (unless a release hands it the lock first: then its spare runs out within a ttl).
 const WAIT_TTL: i64 = 5;
 const WAIT_RENEW: Duration = Duration::from_secs(1);
 
@@ -54,6 +56,14 @@ struct Waiting {
 struct Held {
     names: Vec<String>,
     snap: Snapshot,
+    /// When that was read: the waiters it shows are the heirs a release may hand over to ...
+    at: Instant,
+    /// ... and whether it shows every waiter queued by then (a handover passes on a few).
+    whole: bool,
+    /// The holder's lease and when its ttl last started running, if known: once released,
+    /// the lease goes to the pool as that fresh, and a waiter taking it as its spare need not
+    /// renew it first.
+    renewed: Option<(i64, Instant)>,
 }
 
 /// What a queued waiter of this process watches, and from which revision on.
@@ -61,11 +71,11 @@ struct Held {
 struct Block {
     what: Blocker,
     rev: i64,
-    /// The waiter's own entry's create revision, when it may follow the holder ahead of it
-    /// without reading (one name, exclusive) ...
-    create: Option<i64>,
-    /// ... once the listener saw that entry deleted, as it was before.
-    gone: Option<Seen>,
+    /// The waiter's own entry and spare lease, when a release may hand the lock over to it
+    /// (one name, exclusive, a spare on record): the listener watches that key too ...
+    own: Option<(Vec<u8>, i64)>,
+    /// ... and keeps here the entry a handover wrote.
+    handed: Option<Seen>,
 }
 
 pub struct EtcdStore {
@@ -79,9 +89,10 @@ struct Inner {
     /// The server's smallest lease ttl, once a grant revealed it (etcd raises shorter ones).
     min_ttl: AtomicI64,
     waiting: Mutex<HashMap<String, Waiting>>,
-    /// A holder's lease granted ahead for a queued waiter, so the grant that ends its wait
-    /// need not write one: a keep-alive, sent with the grant's read, starts its ttl afresh
-    /// and costs no consensus round.
+    /// A holder's lease granted ahead for a queued waiter and named in its entry, so the
+    /// grant that ends its wait need not write one: a release may hand the lock over on it,
+    /// or a keep-alive, sent with the grant's read, starts its ttl afresh; neither costs a
+    /// consensus round.
     spare: Mutex<HashMap<String, Free>>,
     pool: Pool,
     held: Mutex<HashMap<String, Held>>,
@@ -125,6 +136,12 @@ impl Inner {
 
     /// Every queue and record of `names`, in one read at one revision.
     async fn read(&self, names: &[String]) -> StoreResult<Snapshot> {
+        let resp = self.txn(Txn::new().and_then(self.reads(names))).await?;
+        snapshot(&resp, names)
+    }
+
+    /// The gets of `read`, to add to a transaction.
+    fn reads(&self, names: &[String]) -> Vec<TxnOp> {
         let mut ops = Vec::with_capacity(names.len() * 2);
         for name in names {
             ops.push(TxnOp::get(
@@ -133,24 +150,7 @@ impl Inner {
             ));
             ops.push(TxnOp::get(self.layout.record(name), None));
         }
-        let resp = self.txn(Txn::new().and_then(ops)).await?;
-        let rev = resp.header().map_or(0, |h| h.revision());
-        let gets: Vec<_> = resp
-            .op_responses()
-            .into_iter()
-            .filter_map(|r| match r {
-                TxnOpResponse::Get(g) => Some(g),
-                _ => None,
-            })
-            .collect();
-        if gets.len() != names.len() * 2 {
-            return Err(StoreError::Protocol("etcd: malformed read answer".into()));
-        }
-        let queues = gets
-            .chunks(2)
-            .map(|c| Queue::new(c[0].kvs(), c[1].kvs().first()))
-            .collect();
-        Ok(Snapshot { rev, queues })
+        ops
     }
 
     /// `token`'s own entry for each of `names`, if it has one.
@@ -255,14 +255,16 @@ impl Inner {
     }
 
     /// `token` waits no more on this store: forget its watch target and drop its waiting
-    /// lease (revoked: its entries, if any are left, go with it).
-    fn done_waiting(&self, token: &str) {
+    /// lease (revoked: its entries, if any are left, go with it). Its spare is returned, not
+    /// pooled: a release may have handed the lock over on it, so it is pooled only once the
+    /// caller knows it holds no keys.
+    fn done_waiting(&self, token: &str) -> Option<Free> {
         self.blocks.lock().unwrap().remove(token);
         let waiting = self.waiting.lock().unwrap().remove(token);
         if let Some(w) = waiting {
             self.revoke_later(w.lease);
         }
-        self.drop_spare(token);
+        self.spare.lock().unwrap().remove(token)
     }
 
     /// `token` was granted: its entries moved to the holder's lease, so its waiting lease
@@ -324,6 +326,27 @@ impl Inner {
             .collect();
         Ok(out)
     }
+}
+
+/// The queues and records the gets of `Inner::reads` returned in `resp`.
+fn snapshot(resp: &TxnResponse, names: &[String]) -> StoreResult<Snapshot> {
+    let rev = resp.header().map_or(0, |h| h.revision());
+    let gets: Vec<_> = resp
+        .op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    if gets.len() != names.len() * 2 {
+        return Err(StoreError::Protocol("etcd: malformed read answer".into()));
+    }
+    let queues = gets
+        .chunks(2)
+        .map(|c| Queue::new(c[0].kvs(), c[1].kvs().first()))
+        .collect();
+    Ok(Snapshot { rev, queues })
 }
 
 #[async_trait]

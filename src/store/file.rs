@@ -298,6 +298,7 @@ impl Store for FileStore {
                 granted.push(Granted {
                     fence: st.fence,
                     previous: Previous::parse(&st.previous),
+                    started: None,
                 });
             }
             Ok(Attempt::Granted(granted))

@@ -139,6 +139,10 @@ pub struct Acquire {
 pub struct Granted {
     pub fence: u64,
     pub previous: Previous,
+    /// When the store's lease may have started running, if that was before the attempt was
+    /// sent (a lease renewed ahead and handed over without a round trip); the engine then
+    /// reckons the lease from here.
+    pub started: Option<tokio::time::Instant>,
 }
 
 #[derive(Clone, Debug)]

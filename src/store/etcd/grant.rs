@@ -7,7 +7,9 @@
 //! new entry: nothing in the queue range was created after H; an existing entry can only lose
 //! entries ahead of it, which never turns an admission into a refusal), and the record is
 //! unchanged (so `previous` and the fence offset are the ones read). When a compare fails,
-//! someone else wrote in between: read again.
+//! someone else wrote in between: read again. The read may be older than the write (what a
+//! grant read, kept for its release; the waiters a handover passes on): a stale one only
+//! fails the compares.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -16,7 +18,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
-use super::layout::{Entry, Queue, Record, Seen, encode, lease_secs, released_by};
+use super::layout::{Entry, PASSED_ON, Queue, Record, Seen, encode, handed_record, lease_secs};
 use super::{Block, Free, Held, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
 use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreError, StoreResult};
 
@@ -35,14 +37,30 @@ struct Written {
 /// comes back after a short pause.
 const ROUNDS: usize = 8;
 
+/// How long what a grant read stays good enough for its release to act on without reading.
+const FRESH: Duration = Duration::from_millis(20);
+
 impl Inner {
     pub(super) async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         // The holder's lease must run from no earlier than the engine's send time: it is
-        // granted, or a kept one renewed, inside the attempt that uses it.
-        if queue && let Some(granted) = self.take_over(req).await? {
+        // granted, or a kept one renewed, inside the attempt that uses it, or else reckoned
+        // from its renewal (`follow`).
+        if queue && let Some(granted) = self.follow(req) {
             return Ok(Attempt::Granted(granted));
         }
-        let (first, mut lease, is_spare) = self.read_with_lease(req, queue).await;
+        // A waiter not queued yet queues at once (its untimed try found the lock taken): the
+        // transaction that queues it reads as well.
+        let unqueued = queue && !self.waiting.lock().unwrap().contains_key(&req.token);
+        let (first, mut lease, is_spare) = if unqueued {
+            let snap = match self.enqueue(req, None).await {
+                Ok(Some(snap)) => Ok(snap),
+                Ok(None) => self.read(&req.names).await,
+                Err(e) => Err(e),
+            };
+            (snap, None, false)
+        } else {
+            self.read_with_lease(req, queue).await
+        };
         let spare = lease.filter(|_| is_spare).map(|l| l.id);
         let mut snap = match first {
             Ok(snap) => snap,
@@ -53,11 +71,18 @@ impl Inner {
                 return Err(e);
             }
         };
+        if let Some(granted) = self.handed(req, &snap, spare).await? {
+            if let Some(l) = lease.filter(|_| !is_spare) {
+                self.recycle(l);
+            }
+            return Ok(Attempt::Granted(granted));
+        }
         let mut outcome = Attempt::Busy {
             retry_after: Some(Duration::from_millis(5)),
         };
-        for round in 0..ROUNDS {
-            if round > 0 {
+        let mut read_ahead = true;
+        for _ in 0..ROUNDS {
+            if !std::mem::take(&mut read_ahead) {
                 snap = self.read(&req.names).await?;
             }
             if snap.queues.iter().all(|q| q.admits(&req.token, req.mode)) {
@@ -81,7 +106,9 @@ impl Inner {
                 break;
             }
             if !queued {
-                self.enqueue(req, &snap).await?;
+                if let Some(after) = self.enqueue(req, Some(&snap)).await? {
+                    (snap, read_ahead) = (after, true);
+                }
                 continue;
             }
             self.keep_waiting(req, &snap).await?;
@@ -94,64 +121,109 @@ impl Inner {
         Ok(outcome)
     }
 
-    /// Follow the holder ahead without reading, once the listener saw its key deleted.
-    /// The waiter is exclusive and the deleted entry was an exclusive holder right ahead of
-    /// it, so nothing is left ahead: nothing can queue ahead of an entry that exists. One
-    /// transaction holds if the record reads exactly as that holder's release leaves it (no
-    /// expiry, force or raised fence came between), sent together with the keep-alive that
-    /// starts the spare lease's ttl afresh. `None`: not that case, or something came
-    /// between; the caller reads and decides.
-    async fn take_over(&self, req: &Acquire) -> StoreResult<Option<Vec<Granted>>> {
-        let ahead = match self.blocks.lock().unwrap().get_mut(&req.token) {
-            Some(b) => b.gone.take().zip(b.create),
-            None => None,
-        };
-        let spare = self.spare.lock().unwrap().get(&req.token).copied();
-        let (Some((gone, create)), Some(lease)) = (ahead, spare) else {
-            return Ok(None);
-        };
-        if !gone.entry.h || gone.mode() != Mode::Exclusive {
-            return Ok(None);
-        }
+    /// A release handed the lock to `req` and the listener saw it (see `watch`): nothing to
+    /// ask etcd. The lease is the spare, so the engine reckons it from the spare's last
+    /// renewal; the waiters the release passed on let this holder's own release hand over.
+    fn follow(&self, req: &Acquire) -> Option<Vec<Granted>> {
+        let seen = self
+            .blocks
+            .lock()
+            .unwrap()
+            .get_mut(&req.token)?
+            .handed
+            .take()?;
+        let mut spare = self.spare.lock().unwrap();
+        let renewed = spare
+            .get(&req.token)
+            .filter(|l| l.id == seen.lease && seen.entry.h)?
+            .renewed?;
+        spare.remove(&req.token);
+        drop(spare);
+        self.granted_after_wait(&req.token);
         let name = &req.names[0];
-        let w = self.holding(
-            req,
-            name,
-            Some(create),
-            gone.entry.o,
-            Previous::Released,
-            lease,
+        let mut entries: Vec<Seen> = seen
+            .entry
+            .q
+            .iter()
+            .map(|b| Seen::passed_on(self.layout.entry(name, &b.k), b))
+            .collect();
+        let granted = Granted {
+            fence: seen.fence(),
+            previous: Previous::Released,
+            started: Some(renewed),
+        };
+        let record = handed_record(&req.token, seen.entry.o);
+        let (rev, lease) = (seen.modrev, seen.lease);
+        entries.insert(0, seen);
+        self.held.lock().unwrap().insert(
+            req.token.clone(),
+            Held {
+                names: req.names.clone(),
+                snap: Snapshot {
+                    rev,
+                    queues: vec![Queue {
+                        entries,
+                        record: Some((record, rev)),
+                    }],
+                },
+                at: Instant::now(),
+                whole: false,
+                renewed: Some((lease, renewed)),
+            },
         );
-        let expected = encode(&released_by(&gone));
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(w.key.clone(), CompareOp::Equal, create),
-                Compare::value(self.layout.record(name), CompareOp::Equal, expected),
-            ])
-            .and_then(self.puts(&w));
-        let (resp, alive) = tokio::join!(self.txn(txn), self.keep_alive(lease.id));
-        let resp = match resp {
-            Ok(resp) => resp,
-            Err(e) if e.to_string().contains("lease not found") => {
-                self.spare.lock().unwrap().remove(&req.token);
+        Some(vec![granted])
+    }
+
+    /// The lock is `req`'s already, as read in `snap`: a release handed it over (see
+    /// `release`), or the answer to an earlier grant was lost. That counts only once every
+    /// lease it sits on was renewed within this attempt (`renewed`: the spare, renewed with
+    /// the read), since the engine reckons the lease from the attempt's start.
+    async fn handed(
+        &self,
+        req: &Acquire,
+        snap: &Snapshot,
+        renewed: Option<i64>,
+    ) -> StoreResult<Option<Vec<Granted>>> {
+        let own: Option<Vec<&Seen>> = snap
+            .queues
+            .iter()
+            .map(|q| q.find(&req.token).filter(|e| e.entry.h))
+            .collect();
+        let Some(own) = own else {
+            return Ok(None);
+        };
+        let leases: HashSet<i64> = own.iter().map(|e| e.lease).collect();
+        for &id in &leases {
+            if Some(id) != renewed && !self.keep_alive(id).await? {
                 return Ok(None);
             }
-            Err(e) => return Err(e),
-        };
-        if !resp.succeeded() {
-            return Ok(None);
         }
-        if !matches!(alive, Ok(true)) {
-            // Held on a lease whose ttl nobody renewed after the engine's send time: the
-            // engine gives back what an erroring store may have granted.
-            return Err(StoreError::Unavailable(
-                "etcd: the lease for a grant could not be renewed".into(),
-            ));
+        let granted = snap
+            .queues
+            .iter()
+            .zip(own)
+            .map(|(q, e)| Granted {
+                fence: e.fence(),
+                previous: q.previous(),
+                started: None,
+            })
+            .collect();
+        let used = self.spare.lock().unwrap().remove(&req.token);
+        if let Some(l) = used.filter(|l| !leases.contains(&l.id)) {
+            self.recycle(l);
         }
-        self.spare.lock().unwrap().remove(&req.token);
         self.granted_after_wait(&req.token);
-        let rev = resp.header().map_or(0, |h| h.revision()).max(0);
-        Ok(Some(self.remember_grant(req, rev, vec![w])))
+        self.held.lock().unwrap().insert(
+            req.token.clone(),
+            Held {
+                names: req.names.clone(),
+                snap: snap.clone(),
+                at: Instant::now(),
+                whole: true,
+                renewed: None,
+            },
+        );
+        Ok(Some(granted))
     }
 
     /// The first read of an attempt, and at the same time the lease a grant would use: the
@@ -168,8 +240,12 @@ impl Inner {
         let is_spare = spare.is_some();
         let lease = async {
             if let Some(l) = spare {
+                let sent = Instant::now();
                 if matches!(self.keep_alive(l.id).await, Ok(true)) {
-                    return Some(l);
+                    return Some(Free {
+                        renewed: Some(sent),
+                        ..l
+                    });
                 }
                 self.spare.lock().unwrap().remove(&req.token);
                 return None;
@@ -223,7 +299,7 @@ impl Inner {
             return Ok(None);
         }
         let rev = resp.header().map_or(0, |h| h.revision()).max(0);
-        Ok(Some(self.remember_grant(req, rev, written)))
+        Ok(Some(self.remember_grant(req, rev, written, snap, lease)))
     }
 
     /// What a grant of `name` to `req` writes: the holder's entry (the waiting one, created at
@@ -249,6 +325,9 @@ impl Inner {
                 t: lease.ttl,
                 n: req.names.clone(),
                 meta: req.meta.clone(),
+                s: 0,
+                st: 0,
+                q: Vec::new(),
             },
             record: Record {
                 t: req.token.clone(),
@@ -274,28 +353,47 @@ impl Inner {
         ]
     }
 
-    /// Keep what a grant wrote at revision `rev`, for `release` (see `Held`), and tell the
-    /// engine what it got.
-    fn remember_grant(&self, req: &Acquire, rev: i64, written: Vec<Written>) -> Vec<Granted> {
+    /// Keep what a grant wrote at revision `rev` over what it read, for `release` (see
+    /// `Held`), and tell the engine what it got.
+    fn remember_grant(
+        &self,
+        req: &Acquire,
+        rev: i64,
+        written: Vec<Written>,
+        read: &Snapshot,
+        lease: Free,
+    ) -> Vec<Granted> {
         let granted = written
             .iter()
             .map(|w| Granted {
                 fence: (rev.max(0) as u64).saturating_add(w.entry.o),
                 previous: w.previous,
+                started: None,
             })
             .collect();
         let queues = written
             .into_iter()
-            .map(|w| Queue {
-                entries: vec![Seen {
+            .zip(&read.queues)
+            .map(|(w, q)| {
+                let mut entries: Vec<Seen> = q
+                    .entries
+                    .iter()
+                    .filter(|e| e.token != req.token)
+                    .cloned()
+                    .collect();
+                entries.push(Seen {
                     key: w.key.into_bytes(),
                     token: req.token.clone(),
                     entry: w.entry,
                     create: w.created.unwrap_or(rev),
                     modrev: rev,
                     lease: w.lease,
-                }],
-                record: Some((w.record, rev)),
+                });
+                entries.sort_by_key(|e| e.create);
+                Queue {
+                    entries,
+                    record: Some((w.record, rev)),
+                }
             })
             .collect();
         self.held.lock().unwrap().insert(
@@ -303,6 +401,9 @@ impl Inner {
             Held {
                 names: req.names.clone(),
                 snap: Snapshot { rev, queues },
+                at: Instant::now(),
+                whole: true,
+                renewed: lease.renewed.map(|r| (lease.id, r)),
             },
         );
         granted
@@ -317,15 +418,22 @@ impl Inner {
         }
     }
 
-    /// Put `req`'s waiting entries at the back of the queues, all in one transaction, so they
-    /// share one create revision and every name orders the waiters alike.
-    async fn enqueue(&self, req: &Acquire, snap: &Snapshot) -> StoreResult<()> {
+    /// Put `req`'s waiting entries at the back of the queues (those `snap` does not show, or
+    /// all), all in one transaction, so they share one create revision and every name orders
+    /// the waiters alike. The same transaction reads the queues, whether it put or not: the
+    /// snapshot it returns shows where the waiter stands. `None`: the waiting lease was gone.
+    async fn enqueue(
+        &self,
+        req: &Acquire,
+        snap: Option<&Snapshot>,
+    ) -> StoreResult<Option<Snapshot>> {
         let (lease, ()) = tokio::join!(self.waiting_lease(&req.token), self.grant_spare(req));
         let lease = lease?;
+        let spare = self.spare.lock().unwrap().get(&req.token).copied();
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
-        for (name, q) in req.names.iter().zip(&snap.queues) {
-            if q.find(&req.token).is_some() {
+        for (i, name) in req.names.iter().enumerate() {
+            if snap.is_some_and(|s| s.queues[i].find(&req.token).is_some()) {
                 continue;
             }
             let key = self.layout.entry(name, &req.token);
@@ -335,6 +443,8 @@ impl Inner {
                 t: WAIT_TTL,
                 n: req.names.clone(),
                 meta: req.meta.clone(),
+                s: spare.map_or(0, |l| l.id),
+                st: spare.map_or(0, |l| l.ttl),
                 ..Entry::default()
             };
             ops.push(TxnOp::put(
@@ -343,12 +453,15 @@ impl Inner {
                 Some(PutOptions::new().with_lease(lease)),
             ));
         }
-        match self.txn(Txn::new().when(cmps).and_then(ops)).await {
-            Ok(_) => Ok(()),
+        let reads = self.reads(&req.names);
+        ops.extend(reads.iter().cloned());
+        let txn = Txn::new().when(cmps).and_then(ops).or_else(reads);
+        match self.txn(txn).await {
+            Ok(resp) => super::snapshot(&resp, &req.names).map(Some),
             // The waiting lease ran out (this process stalled): take a new one next round.
             Err(e) if e.to_string().contains("lease not found") => {
                 self.waiting.lock().unwrap().remove(&req.token);
-                Ok(())
+                Ok(None)
             }
             Err(e) => Err(e),
         }
@@ -391,6 +504,12 @@ impl Inner {
 
     /// Still queued: renew the waiting lease when due, and tell the listener what to watch.
     async fn keep_waiting(&self, req: &Acquire, snap: &Snapshot) -> StoreResult<()> {
+        let spare = self.spare.lock().unwrap().get(&req.token).map(|l| l.id);
+        let own = snap.queues[0]
+            .find(&req.token)
+            .filter(|_| req.names.len() == 1 && req.mode == Mode::Exclusive)
+            .filter(|e| e.entry.s != 0 && Some(e.entry.s) == spare)
+            .map(|e| (e.key.clone(), e.entry.s));
         for (name, q) in req.names.iter().zip(&snap.queues) {
             if let Some(what) = q.blocker(&req.token, req.mode, &self.layout.queue(name)) {
                 self.blocks.lock().unwrap().insert(
@@ -398,15 +517,14 @@ impl Inner {
                     Block {
                         what,
                         rev: snap.rev,
-                        create: (req.names.len() == 1 && req.mode == Mode::Exclusive)
-                            .then(|| q.find(&req.token).map(|e| e.create))
-                            .flatten(),
-                        gone: None,
+                        own,
+                        handed: None,
                     },
                 );
                 break;
             }
         }
+        self.keep_spare(&req.token).await;
         let Some(lease) = snap.queues[0].find(&req.token).map(|e| e.lease) else {
             return Ok(());
         };
@@ -436,6 +554,31 @@ impl Inner {
             );
         }
         Ok(())
+    }
+
+    /// Renew a queued waiter's spare every third of its ttl, so that a release handing the
+    /// lock over on it leaves most of a ttl to the heir. A spare found gone is forgotten: a
+    /// release that names it fails on it and then releases without handing over.
+    async fn keep_spare(&self, token: &str) {
+        let due = self.spare.lock().unwrap().get(token).copied().filter(|l| {
+            let third = Duration::from_secs(l.ttl.max(1) as u64) / 3;
+            l.renewed.is_none_or(|r| r.elapsed() >= third)
+        });
+        let Some(l) = due else { return };
+        let sent = Instant::now();
+        let alive = self.keep_alive(l.id).await;
+        let mut spare = self.spare.lock().unwrap();
+        match alive {
+            Ok(true) => {
+                if let Some(kept) = spare.get_mut(token).filter(|k| k.id == l.id) {
+                    kept.renewed = Some(sent);
+                }
+            }
+            Ok(false) => {
+                spare.remove(token);
+            }
+            Err(_) => {}
+        }
     }
 
     pub(super) async fn renew(
@@ -501,10 +644,28 @@ impl Inner {
         Ok(true)
     }
 
+    /// Delete `token`'s entries, owner-checked. The last exclusive grant of one name hands
+    /// the lock to the waiter right behind it in the same transaction (see `Queue::heir`):
+    /// it puts that waiter's entry, as held, on the waiter's spare lease, and writes the
+    /// record as that waiter's grant would. The heir only has to read to learn it holds, so
+    /// a handoff costs one consensus write, not two. Without an heir, the last grant's
+    /// record is marked released, for its successor to report.
     pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        self.done_waiting(token);
+        let spare = self.done_waiting(token);
         let held = self.held.lock().unwrap().remove(token);
-        let mut cached = held.filter(|h| h.names == names).map(|h| h.snap);
+        let renewed = held.as_ref().and_then(|h| h.renewed);
+        // What the grant read shows the waiters queued by then. When it shows no heir, one
+        // read finds any that queued since: after a longer hold, or when a handover passed on
+        // too few (the end of a run of handovers). Handing over saves the waiter behind a
+        // read and a write of its own.
+        let mut cached = held
+            .filter(|h| h.names == names)
+            .filter(|h| {
+                h.snap.queues.iter().any(|q| q.heir(token).is_some())
+                    || (h.whole && h.at.elapsed() < FRESH)
+            })
+            .map(|h| h.snap);
+        let mut hand_over = true;
         for _ in 0..ROUNDS {
             let snap = match cached.take() {
                 Some(snap) => snap,
@@ -531,31 +692,58 @@ impl Inner {
                     continue;
                 }
                 held = true;
-                // The last lease granted ends cleanly: its successor will be told so.
-                if let Some((rec, _)) = q.record.as_ref().filter(|(r, _)| r.t == token) {
-                    cmps.push(self.record_unchanged(name, q));
-                    let rec = Record {
-                        r: true,
-                        f: Some(e.fence()),
-                        ..rec.clone()
-                    };
-                    ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
+                let Some((rec, _)) = q.record.as_ref().filter(|(r, _)| r.t == token) else {
+                    continue;
+                };
+                cmps.push(self.record_unchanged(name, q));
+                match q.heir(token).filter(|_| hand_over) {
+                    Some(heir) => {
+                        cmps.push(Compare::mod_revision(
+                            heir.key.clone(),
+                            CompareOp::Equal,
+                            heir.modrev,
+                        ));
+                        ops.extend(self.hand_to(q, heir, name, rec.o));
+                    }
+                    // The last lease granted ends cleanly: its successor will be told so.
+                    None => {
+                        let rec = Record {
+                            r: true,
+                            f: Some(e.fence()),
+                            ..rec.clone()
+                        };
+                        ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
+                    }
                 }
             }
             if ops.is_empty() {
+                if let Some(l) = spare {
+                    self.recycle(l);
+                }
                 return Ok(false);
             }
-            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            let resp = match self.txn(Txn::new().when(cmps).and_then(ops)).await {
+                // The heir's spare ran out (its process stalled or ended): it takes the lock
+                // itself, if it is still there.
+                Err(e) if hand_over && e.to_string().contains("lease not found") => {
+                    hand_over = false;
+                    continue;
+                }
+                r => r?,
+            };
             if resp.succeeded() {
                 // The delete above is what frees the lock (and wakes the next waiter). A
                 // holder's lease has no keys left and is kept for the next waiter; a waiting
                 // lease, whose ttl is not on record, is revoked without holding up the caller.
+                if let Some(l) = spare.filter(|l| !leases.iter().any(|(id, _)| *id == l.id)) {
+                    self.recycle(l);
+                }
                 for (id, ttl) in leases {
                     match ttl {
                         Some(ttl) => self.recycle(Free {
                             id,
                             ttl,
-                            renewed: None,
+                            renewed: renewed.filter(|(l, _)| *l == id).map(|(_, r)| r),
                         }),
                         None => self.revoke_later(id),
                     }
@@ -564,6 +752,40 @@ impl Inner {
             }
         }
         Err(contended("release"))
+    }
+
+    /// The writes that grant `name` to `heir`, as its own grant would (fence: this revision
+    /// plus `offset`), passing on the waiters of `q` behind it.
+    fn hand_to(&self, q: &Queue, heir: &Seen, name: &str, offset: u64) -> [TxnOp; 2] {
+        let behind = q
+            .entries
+            .iter()
+            .filter(|e| e.create > heir.create && !e.entry.h)
+            .take(PASSED_ON)
+            .map(Seen::behind)
+            .collect();
+        let entry = Entry {
+            h: true,
+            o: offset,
+            f: None,
+            t: heir.entry.st,
+            s: 0,
+            st: 0,
+            q: behind,
+            ..heir.entry.clone()
+        };
+        [
+            TxnOp::put(
+                heir.key.clone(),
+                encode(&entry),
+                Some(PutOptions::new().with_lease(heir.entry.s)),
+            ),
+            TxnOp::put(
+                self.layout.record(name),
+                encode(&handed_record(&heir.token, offset)),
+                None,
+            ),
+        ]
     }
 
     pub(super) async fn force_release(&self, names: &[String]) -> StoreResult<bool> {

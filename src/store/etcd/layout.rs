@@ -84,6 +84,34 @@ pub struct Entry {
     /// Holder metadata (JSON text).
     #[serde(default)]
     pub meta: String,
+    /// A waiter's spare holder lease and its ttl (0: none): the lease a release hands the
+    /// lock over on (see `Queue::heir`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub s: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub st: i64,
+    /// On an entry a release handed the lock to: the waiters queued right behind it, as that
+    /// release knew them, so that its own release may hand over without reading first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub q: Vec<Behind>,
+}
+
+/// A waiter as a release passes it on (see `Entry::q`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Behind {
+    /// Token, create and mod revision.
+    pub k: String,
+    pub c: i64,
+    pub v: i64,
+    pub e: Entry,
+}
+
+/// How many waiters a handover passes on: enough for a run of handovers, little enough to
+/// keep the entry small (each carries its metadata).
+pub const PASSED_ON: usize = 4;
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 /// The value of a record key.
@@ -143,6 +171,32 @@ impl Seen {
     /// An entry this version cannot read counts as exclusive: it blocks rather than admits.
     pub fn mode(&self) -> Mode {
         Mode::from_code(&self.entry.m).unwrap_or(Mode::Exclusive)
+    }
+
+    /// This waiter as a release passes it on to the next holder.
+    pub fn behind(&self) -> Behind {
+        Behind {
+            k: self.token.clone(),
+            c: self.create,
+            v: self.modrev,
+            e: Entry {
+                q: Vec::new(),
+                ..self.entry.clone()
+            },
+        }
+    }
+
+    /// A waiter as passed on: its key is `key`; its lease is unknown (0), and only its spare
+    /// counts.
+    pub fn passed_on(key: String, b: &Behind) -> Seen {
+        Seen {
+            key: key.into_bytes(),
+            token: b.k.clone(),
+            entry: b.e.clone(),
+            create: b.c,
+            modrev: b.v,
+            lease: 0,
+        }
     }
 
     pub fn fence(&self) -> u64 {
@@ -253,18 +307,31 @@ impl Queue {
     pub fn offset(&self) -> u64 {
         self.record.as_ref().map_or(0, |(r, _)| r.o)
     }
+
+    /// The waiter `token`'s release may hand the lock to in the same transaction: the entry
+    /// right behind it, when `token` is the last exclusive grant of this one name and that
+    /// entry is an exclusive waiter for this name alone with a spare lease. Nothing can
+    /// queue ahead of an entry that exists, so the heir is admitted once `token` is gone.
+    pub fn heir(&self, token: &str) -> Option<&Seen> {
+        let at = self.entries.iter().position(|e| e.token == token)?;
+        let (own, next) = (&self.entries[at], self.entries.get(at + 1)?);
+        let single = |e: &Seen| e.mode() == Mode::Exclusive && e.entry.n.len() == 1;
+        let last_grant = self.record.as_ref().is_some_and(|(r, _)| r.t == token);
+        (own.entry.h && single(own) && last_grant && !next.entry.h && single(next))
+            .then_some(next)
+            .filter(|n| n.entry.s != 0 && n.entry.st > 0)
+    }
 }
 
-/// The record as `release` leaves it when `holder`, the last lease granted, is released,
-/// if that grant had followed a released lease too: what the waiter right behind it expects
-/// to find there when it follows without reading.
-pub fn released_by(holder: &Seen) -> Record {
+/// The record a handover writes for `heir` (see `grant::release`): as the heir's own grant
+/// after a clean release would.
+pub fn handed_record(heir: &str, offset: u64) -> Record {
     Record {
-        t: holder.token.clone(),
+        t: heir.to_string(),
         p: Previous::Released.as_str().into(),
-        r: true,
-        o: holder.entry.o,
-        f: Some(holder.fence()),
+        r: false,
+        o: offset,
+        f: None,
     }
 }
 
@@ -367,24 +434,45 @@ mod tests {
     }
 
     #[test]
-    fn a_release_leaves_the_record_a_follower_expects() {
-        // What `release` writes: the grant's record, marked released with the fence.
-        let holder = seen("a", Mode::Exclusive, true, 5);
-        let granted = Record {
-            t: "a".into(),
-            p: "released".into(),
-            o: 3,
-            ..Record::default()
+    fn a_release_hands_over_only_to_a_lone_exclusive_waiter_right_behind() {
+        let with_spare = |mut e: Seen| {
+            e.entry.n = vec!["n".into()];
+            e.entry.s = 42;
+            e.entry.st = 30;
+            e
         };
-        let mut holder = holder;
-        holder.entry.o = 3;
-        let written = Record {
-            r: true,
-            f: Some(holder.fence()),
-            ..granted
-        };
-        assert_eq!(encode(&released_by(&holder)), encode(&written));
-        assert_eq!(released_by(&holder).f, Some(8));
+        let mut q = queue(vec![
+            with_spare(seen("a", Mode::Exclusive, true, 5)),
+            with_spare(seen("b", Mode::Exclusive, false, 7)),
+            with_spare(seen("c", Mode::Exclusive, false, 9)),
+        ]);
+        // Not the last grant on record (say the answer came from a force): no hand-over.
+        assert!(q.heir("a").is_none());
+        q.record = Some((
+            Record {
+                t: "a".into(),
+                ..Record::default()
+            },
+            5,
+        ));
+        assert_eq!(q.heir("a").map(|e| e.token.as_str()), Some("b"));
+        // A waiter cannot hand over, nor can the last entry.
+        assert!(q.heir("b").is_none());
+        assert!(q.heir("c").is_none());
+        // A waiter without a spare lease, for several names, or shared: it takes the lock
+        // itself.
+        q.entries[1].entry.s = 0;
+        assert!(q.heir("a").is_none());
+        q.entries[1].entry.s = 42;
+        q.entries[1].entry.n.push("m".into());
+        assert!(q.heir("a").is_none());
+        q.entries[1].entry.n.pop();
+        q.entries[1].entry.m = Mode::Shared.code();
+        assert!(q.heir("a").is_none());
+        // A sharer holding hands over to nobody.
+        q.entries[1].entry.m = Mode::Exclusive.code();
+        q.entries[0].entry.m = Mode::Shared.code();
+        assert!(q.heir("a").is_none());
     }
 
     #[test]

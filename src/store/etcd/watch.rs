@@ -1,4 +1,5 @@
-//! A waiter's wake-up: an etcd watch on the one key that blocks it.
+//! A waiter's wake-up: an etcd watch on the one key that blocks it, and on the same stream
+//! (for a waiter a release may hand the lock to) on its own key, whose put is the handover.
 //!
 //! Each queued attempt notes what blocks the waiter and the revision it read that at. Only
 //! the waiter right behind a release hears of it (limit slots excepted: there any holder
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{WatchFilterType, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 
 use super::Inner;
 use super::layout::{Blocker, Seen};
@@ -26,7 +27,13 @@ pub struct Predecessor {
     inner: Arc<Inner>,
     token: String,
     watching: Option<(Blocker, WatchStream)>,
+    /// The own entry also watched on that stream, and the spare a handover puts it on.
+    own: Option<(Vec<u8>, i64)>,
 }
+
+/// How long a waiter that saw the key ahead deleted waits for the event of a handover to it,
+/// which etcd sends right after (same revision, same stream) if there was one.
+const HANDOVER_GRACE: Duration = Duration::from_millis(1);
 
 impl Predecessor {
     pub fn new(inner: Arc<Inner>, token: &str) -> Predecessor {
@@ -34,6 +41,7 @@ impl Predecessor {
             inner,
             token: token.to_string(),
             watching: None,
+            own: None,
         }
     }
 
@@ -47,7 +55,7 @@ impl Predecessor {
         if self.watching.as_ref().map(|(b, _)| b) != Some(&block.what) {
             self.watching = None;
             let (key, options) = match &block.what {
-                Blocker::Key(k) => (k.clone(), WatchOptions::new().with_prev_key()),
+                Blocker::Key(k) => (k.clone(), WatchOptions::new()),
                 Blocker::Queue(k) => (
                     k.clone(),
                     WatchOptions::new()
@@ -71,6 +79,15 @@ impl Predecessor {
                     return;
                 }
             }
+            self.own = None;
+            if let Some((own, spare)) = block.own.clone() {
+                // Only puts: the one that matters is a handover's. A handover between the read
+                // and this watch shows as the deletion ahead, and the engine then reads.
+                let options = WatchOptions::new().with_filters([WatchFilterType::NoDelete]);
+                if stream.watch(own.clone(), Some(options)).await.is_ok() {
+                    self.own = Some((own, spare));
+                }
+            }
             self.watching = Some((block.what, stream));
         }
         let Some((_, stream)) = self.watching.as_mut() else {
@@ -80,7 +97,13 @@ impl Predecessor {
             match stream.message().await {
                 Ok(Some(resp)) if resp.canceled() => break,
                 Ok(Some(resp)) if !resp.events().is_empty() => {
-                    self.note_gone(&resp);
+                    let (inner, token, own) = (&self.inner, &self.token, &self.own);
+                    if own.is_some() && !note_handover(inner, token, own, &resp) {
+                        let next = tokio::time::timeout(HANDOVER_GRACE, stream.message()).await;
+                        if let Ok(Ok(Some(resp))) = next {
+                            note_handover(inner, token, own, &resp);
+                        }
+                    }
                     return;
                 }
                 Ok(Some(_)) => {}
@@ -89,23 +112,6 @@ impl Predecessor {
         }
         // Cancelled (e.g. the revision was compacted) or broken: start afresh next time.
         self.watching = None;
-    }
-
-    /// The watched key was deleted: tell the next attempt what it was, so that it may
-    /// follow at once (see `grant::take_over`).
-    fn note_gone(&self, resp: &WatchResponse) {
-        let before = resp.events().iter().find_map(|e| e.prev_kv());
-        let Some(before) = before.and_then(Seen::from_kv) else {
-            return;
-        };
-        let mut blocks = self.inner.blocks.lock().unwrap();
-        let watched = self.watching.as_ref().map(|(b, _)| b);
-        if let Some(b) = blocks.get_mut(&self.token)
-            && b.what == Blocker::Key(before.key.clone())
-            && Some(&b.what) == watched
-        {
-            b.gone = Some(before);
-        }
     }
 
     /// The key still exists as it was at revision `rev` (an error counts as changed: the
@@ -120,6 +126,35 @@ impl Predecessor {
             Err(_) => false,
         }
     }
+}
+
+/// `resp` holds the put of a handover to this waiter: keep the entry for the next attempt,
+/// which then holds without asking etcd (see `grant::follow`).
+fn note_handover(
+    inner: &Inner,
+    token: &str,
+    own: &Option<(Vec<u8>, i64)>,
+    resp: &WatchResponse,
+) -> bool {
+    let Some((own, spare)) = own else {
+        return false;
+    };
+    let handed = resp
+        .events()
+        .iter()
+        .filter(|e| e.event_type() == EventType::Put)
+        .filter_map(|e| e.kv())
+        .filter(|kv| kv.key() == own.as_slice())
+        .filter_map(Seen::from_kv)
+        .find(|s| s.entry.h && s.lease == *spare);
+    let Some(handed) = handed else {
+        return false;
+    };
+    if let Some(b) = inner.blocks.lock().unwrap().get_mut(token) {
+        b.handed = Some(handed);
+        return true;
+    }
+    false
 }
 
 #[async_trait]

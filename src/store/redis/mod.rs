@@ -251,6 +251,7 @@ impl RedisStore {
             granted.push(Granted {
                 fence,
                 previous: Previous::parse(&previous),
+                started: None,
             });
         }
         if granted.len() != names.len() {

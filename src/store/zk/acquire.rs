@@ -197,6 +197,7 @@ impl Inner {
             out.push(Granted {
                 fence,
                 previous: Previous::parse(&rec.previous),
+                started: None,
             });
             rec.fence = fence;
             rec.open.insert(req.token.clone(), fence);
@@ -329,6 +330,7 @@ fn already_granted(req: &Acquire, views: &[View]) -> Option<Vec<Granted>> {
                 .then(|| Granted {
                     fence,
                     previous: Previous::parse(&v.record.previous),
+                    started: None,
                 })
         })
         .collect()
