@@ -18,7 +18,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
-use super::layout::{Entry, PASSED_ON, Queue, Record, Seen, encode, handed_record, lease_secs};
+use super::layout::{Entry, PASSED_ON, Queue, Record, Seen, encode, granted_record, lease_secs};
 use super::{Block, Free, Held, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
 use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreError, StoreResult};
 
@@ -152,25 +152,15 @@ impl Inner {
             previous: Previous::Released,
             started: Some(renewed),
         };
-        let record = handed_record(&req.token, seen.entry.o);
+        let record = granted_record(&req.token, Previous::Released, seen.entry.o);
         let (rev, lease) = (seen.modrev, seen.lease);
         entries.insert(0, seen);
-        self.held.lock().unwrap().insert(
-            req.token.clone(),
-            Held {
-                names: req.names.clone(),
-                snap: Snapshot {
-                    rev,
-                    queues: vec![Queue {
-                        entries,
-                        record: Some((record, rev)),
-                    }],
-                },
-                at: Instant::now(),
-                whole: false,
-                renewed: Some((lease, renewed)),
-            },
-        );
+        let queues = vec![Queue {
+            entries,
+            record: Some((record, rev)),
+        }];
+        // Only a few waiters were passed on: not the whole queue.
+        self.hold(req, Snapshot { rev, queues }, false, Some((lease, renewed)));
         Some(vec![granted])
     }
 
@@ -213,16 +203,7 @@ impl Inner {
             self.recycle(l);
         }
         self.granted_after_wait(&req.token);
-        self.held.lock().unwrap().insert(
-            req.token.clone(),
-            Held {
-                names: req.names.clone(),
-                snap: snap.clone(),
-                at: Instant::now(),
-                whole: true,
-                renewed: None,
-            },
-        );
+        self.hold(req, snap.clone(), true, None);
         Ok(Some(granted))
     }
 
@@ -329,13 +310,7 @@ impl Inner {
                 st: 0,
                 q: Vec::new(),
             },
-            record: Record {
-                t: req.token.clone(),
-                p: previous.as_str().into(),
-                r: false,
-                o: offset,
-                f: None,
-            },
+            record: granted_record(&req.token, previous, offset),
             previous,
             lease: lease.id,
         }
@@ -396,17 +371,21 @@ impl Inner {
                 }
             })
             .collect();
-        self.held.lock().unwrap().insert(
-            req.token.clone(),
-            Held {
-                names: req.names.clone(),
-                snap: Snapshot { rev, queues },
-                at: Instant::now(),
-                whole: true,
-                renewed: lease.renewed.map(|r| (lease.id, r)),
-            },
-        );
+        let renewed = lease.renewed.map(|r| (lease.id, r));
+        self.hold(req, Snapshot { rev, queues }, true, renewed);
         granted
+    }
+
+    /// Keep `snap` for `req`'s release (see `Held`).
+    fn hold(&self, req: &Acquire, snap: Snapshot, whole: bool, renewed: Option<(i64, Instant)>) {
+        let held = Held {
+            names: req.names.clone(),
+            snap,
+            at: Instant::now(),
+            whole,
+            renewed,
+        };
+        self.held.lock().unwrap().insert(req.token.clone(), held);
     }
 
     fn record_unchanged(&self, name: &str, q: &super::Queue) -> Compare {
@@ -647,8 +626,8 @@ impl Inner {
     /// Delete `token`'s entries, owner-checked. The last exclusive grant of one name hands
     /// the lock to the waiter right behind it in the same transaction (see `Queue::heir`):
     /// it puts that waiter's entry, as held, on the waiter's spare lease, and writes the
-    /// record as that waiter's grant would. The heir only has to read to learn it holds, so
-    /// a handoff costs one consensus write, not two. Without an heir, the last grant's
+    /// record as that waiter's grant would. The heir learns it holds from its watch, so a
+    /// handoff costs one consensus write, not two. Without an heir, the last grant's
     /// record is marked released, for its successor to report.
     pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
         let spare = self.done_waiting(token);
@@ -782,7 +761,7 @@ impl Inner {
             ),
             TxnOp::put(
                 self.layout.record(name),
-                encode(&handed_record(&heir.token, offset)),
+                encode(&granted_record(&heir.token, Previous::Released, offset)),
                 None,
             ),
         ]

@@ -323,12 +323,12 @@ impl Queue {
     }
 }
 
-/// The record a handover writes for `heir` (see `grant::release`): as the heir's own grant
-/// after a clean release would.
-pub fn handed_record(heir: &str, offset: u64) -> Record {
+/// The record a grant of `holder` writes (a handover writes it for the heir), telling how
+/// the lease before it ended.
+pub fn granted_record(holder: &str, previous: Previous, offset: u64) -> Record {
     Record {
-        t: heir.to_string(),
-        p: Previous::Released.as_str().into(),
+        t: holder.to_string(),
+        p: previous.as_str().into(),
         r: false,
         o: offset,
         f: None,
