@@ -3,7 +3,10 @@
 //!   independent servers, 5 with one stopped (SIGSTOP), a 3-master Redis Cluster, the file
 //!   store, etcd and ZooKeeper;
 //! - handoff: 8 contenders in one process loop on one lock; the time from a holder starting
-//!   its release to the next holder's grant (release, notification, grant).
+//!   its release to the next holder's grant (release, notification, grant);
+//! - the floor under an etcd handoff: one bare put, from its send until a watcher on another
+//!   connection sees it. No lock on etcd can hand over faster, since the next holder may
+//!   only learn of its grant from a committed write.
 //!
 //! Run: cargo bench --bench acquire [-- ROUNDS] [SETUP...]   (default 2000 rounds per setup;
 //! SETUP: run only the setups whose name contains it, e.g. `etcd`)
@@ -96,6 +99,33 @@ fn handoff(
         let mut g = gaps.lock().unwrap().clone();
         g.sort();
         g
+    })
+}
+
+/// The etcd floor: `rounds` puts of one key by one client, each timed from its send until a
+/// watch on a second connection delivers it.
+fn etcd_floor(rt: &tokio::runtime::Runtime, url: &str, rounds: usize) -> Vec<Duration> {
+    rt.block_on(async {
+        let url = url.replacen("etcd://", "http://", 1);
+        let mut writer = etcd_client::Client::connect([url.as_str()], None)
+            .await
+            .unwrap();
+        let mut watcher = etcd_client::Client::connect([url.as_str()], None)
+            .await
+            .unwrap();
+        let mut events = watcher.watch("floor", None).await.unwrap();
+        events.message().await.unwrap();
+        let mut times = Vec::with_capacity(rounds);
+        for i in 0..rounds {
+            let start = Instant::now();
+            let (put, seen) =
+                tokio::join!(writer.put("floor", i.to_string(), None), events.message());
+            put.unwrap();
+            assert!(seen.unwrap().is_some_and(|r| !r.events().is_empty()));
+            times.push(start.elapsed());
+        }
+        times.sort();
+        times
     })
 }
 
@@ -193,5 +223,10 @@ fn main() {
     row("quorum of 3", || hand(&all[..3]), single);
     row("file store", || hand(std::slice::from_ref(&file)), single);
     row("etcd, one node", || hand(&etcd_url()), single);
+    row(
+        "etcd floor: one put, seen by a watcher",
+        || etcd_floor(&rt, &etcd.as_ref().unwrap().url(), h),
+        single,
+    );
     row("ZooKeeper, standalone", || hand(&zk_url()), single);
 }
