@@ -1,6 +1,50 @@
 //! TLS set-up shared by the stores that speak it.
 
+use crate::store::url::ServerUrl;
+use crate::store::{StoreError, StoreResult};
+
 /// rustls needs one process-wide crypto provider; install ring's once.
 pub fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The files a URL's `?ca_file=`, `?cert_file=` and `?key_file=` name, read.
+pub struct Files {
+    /// The CA to trust instead of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate and its key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Take the TLS parameters out of `url` and read their files; `None` for a URL without TLS.
+/// `tls_url` names the URL that takes them, for the message ("a rediss:// URL").
+pub fn take_files(url: &mut ServerUrl, tls_url: &str) -> StoreResult<Option<Files>> {
+    let ca = url.take_param("ca_file");
+    let cert = url.take_param("cert_file");
+    let key = url.take_param("key_file");
+    if !url.tls {
+        if ca.is_some() || cert.is_some() || key.is_some() {
+            return Err(StoreError::Invalid(format!(
+                "ca_file, cert_file and key_file need {tls_url}"
+            )));
+        }
+        return Ok(None);
+    }
+    if cert.is_some() != key.is_some() {
+        return Err(StoreError::Invalid(
+            "cert_file and key_file go together".into(),
+        ));
+    }
+    install_provider();
+    let read = |p: &str| {
+        std::fs::read(p).map_err(|e| StoreError::Invalid(format!("cannot read {p}: {e}")))
+    };
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((read(&c)?, read(&k)?)),
+        _ => None,
+    };
+    Ok(Some(Files {
+        ca: ca.as_deref().map(read).transpose()?,
+        identity,
+    }))
 }

@@ -279,10 +279,6 @@ impl Inner {
                 renewed: Some(w.renewed),
             });
         }
-        self.drop_spare(token);
-    }
-
-    fn drop_spare(&self, token: &str) {
         let spare = self.spare.lock().unwrap().remove(token);
         if let Some(l) = spare {
             self.recycle(l);

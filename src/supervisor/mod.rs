@@ -80,10 +80,8 @@ pub async fn supervise(
             return Err(e);
         }
     };
+    // The child named its group to the watchdog itself, before exec (see `spawn`).
     let pgid = child.id().unwrap_or(0);
-    if let Some(d) = &dog {
-        d.arm(pgid);
-    }
     let terminal = sys::Foreground::give(pgid);
     out.debug(&format!(
         "started {:?} as pid {pgid} under fence {}",

@@ -36,10 +36,11 @@ fn kernel_ns(deadline: Instant) -> u64 {
 
 impl Watchdog {
     /// Start watching, before the child exists (so that a dlock stopped right after starting
-    /// the child is already covered); `arm` then names the child's process group. The watchdog acts a little after the moments the
-    /// supervisor uses (SIGTERM at `deadline - grace`, SIGKILL at `deadline - margin`), so a
-    /// running dlock always acts first and the child never gets a signal twice; a dlock that
-    /// cannot act still has its child stopped before the deadline.
+    /// the child is already covered); the child names its process group itself, through
+    /// `announcer`, before exec. The watchdog acts a little after the moments the supervisor
+    /// uses (SIGTERM at `deadline - grace`, SIGKILL at `deadline - margin`), so a running
+    /// dlock always acts first and the child never gets a signal twice; a dlock that cannot
+    /// act still has its child stopped before the deadline.
     pub fn start(deadline: Instant, grace: Duration, margin: Duration) -> io::Result<Watchdog> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: fds has room for the two descriptors.
@@ -71,11 +72,6 @@ impl Watchdog {
         }
     }
 
-    /// The child runs in process group `pgid`: the group to stop.
-    pub fn arm(&self, pgid: u32) {
-        self.send(GROUP | pgid as u64);
-    }
-
     /// What the forked child uses to name its own group to the watchdog, before exec.
     pub fn announcer(&self) -> Announcer {
         Announcer(self.fd)
@@ -87,10 +83,7 @@ impl Watchdog {
     }
 
     fn send(&self, message: u64) {
-        let b = message.to_ne_bytes();
-        // SAFETY: writing 8 bytes from a valid buffer; a pipe write this small is atomic. If
-        // the watchdog is gone the write fails (SIGPIPE is ignored by Rust programs).
-        unsafe { libc::write(self.fd, b.as_ptr().cast(), b.len()) };
+        send(self.fd, message);
     }
 
     /// dlock has sent SIGTERM itself: the watchdog is left only the SIGKILL.
@@ -120,12 +113,17 @@ pub struct Announcer(libc::c_int);
 impl Announcer {
     /// In the forked child: "my process group is my pid". Async-signal-safe.
     pub fn announce(&self) {
-        // SAFETY: getpid and an 8-byte write from a stack buffer are async-signal-safe.
-        unsafe {
-            let b = (GROUP | libc::getpid() as u64).to_ne_bytes();
-            libc::write(self.0, b.as_ptr().cast(), b.len());
-        }
+        // SAFETY: getpid is async-signal-safe.
+        send(self.0, GROUP | unsafe { libc::getpid() } as u64);
     }
+}
+
+/// One message to the watchdog. Async-signal-safe: an 8-byte write from the stack.
+fn send(fd: libc::c_int, message: u64) {
+    let b = message.to_ne_bytes();
+    // SAFETY: writing 8 bytes from a valid buffer; a pipe write this small is atomic. If the
+    // watchdog is gone the write fails (SIGPIPE is ignored by Rust programs).
+    unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
 }
 
 fn now_ns() -> u64 {

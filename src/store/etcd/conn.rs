@@ -178,34 +178,16 @@ impl Endpoints {
 
 /// TLS settings from `?ca_file=`, `?cert_file=`, `?key_file=` (taken out of the URL).
 fn tls_options(url: &mut ServerUrl) -> StoreResult<Option<TlsOptions>> {
-    let ca = url.take_param("ca_file");
-    let cert = url.take_param("cert_file");
-    let key = url.take_param("key_file");
-    if !url.tls {
-        if ca.is_some() || cert.is_some() || key.is_some() {
-            return Err(StoreError::Invalid(
-                "ca_file, cert_file and key_file need an etcds:// URL".into(),
-            ));
-        }
+    let Some(files) = crate::tls::take_files(url, "an etcds:// URL")? else {
         return Ok(None);
-    }
-    crate::tls::install_provider();
-    let read = |p: &str| {
-        std::fs::read(p).map_err(|e| StoreError::Invalid(format!("cannot read {p}: {e}")))
     };
     let mut tls = TlsOptions::new();
-    tls = match ca {
-        Some(ca) => tls.ca_certificate(Certificate::from_pem(read(&ca)?)),
+    tls = match files.ca {
+        Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
         None => tls.with_native_roots(),
     };
-    match (cert, key) {
-        (Some(c), Some(k)) => tls = tls.identity(Identity::from_pem(read(&c)?, read(&k)?)),
-        (None, None) => {}
-        _ => {
-            return Err(StoreError::Invalid(
-                "cert_file and key_file go together".into(),
-            ));
-        }
+    if let Some((cert, key)) = files.identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
     }
     Ok(Some(tls))
 }

@@ -6,6 +6,7 @@ use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 use super::classify;
 use crate::store::url::{HostPort, ServerUrl};
 use crate::store::{StoreError, StoreResult};
+use crate::tls::Files;
 
 /// How to reach one host of the URL.
 pub(super) fn connection_info(
@@ -51,58 +52,23 @@ pub(super) fn connection_info(
         .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
 }
 
-/// `?ca_file=`, `?cert_file=`, `?key_file=` of a `rediss://` URL.
-pub(super) struct TlsFiles {
-    tls: bool,
-    ca: Option<String>,
-    cert: Option<String>,
-    key: Option<String>,
+/// The certificates of a `rediss://` URL (see `crate::tls::take_files`).
+pub(super) fn certificates(files: &Files) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: files.identity.clone().map(|(client_cert, client_key)| {
+            redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }
+        }),
+        root_cert: files.ca.clone(),
+    }
 }
 
-impl TlsFiles {
-    pub(super) fn take(url: &mut ServerUrl) -> StoreResult<TlsFiles> {
-        let files = TlsFiles {
-            tls: url.tls,
-            ca: url.take_param("ca_file"),
-            cert: url.take_param("cert_file"),
-            key: url.take_param("key_file"),
-        };
-        if !url.tls && (files.ca.is_some() || files.cert.is_some() || files.key.is_some()) {
-            return Err(StoreError::Invalid(
-                "ca_file, cert_file and key_file need a rediss:// URL".into(),
-            ));
-        }
-        if files.cert.is_some() != files.key.is_some() {
-            return Err(StoreError::Invalid(
-                "cert_file and key_file go together".into(),
-            ));
-        }
-        Ok(files)
-    }
-
-    pub(super) fn certificates(&self) -> StoreResult<redis::TlsCertificates> {
-        crate::tls::install_provider();
-        let read = |p: &str| {
-            std::fs::read(p).map_err(|e| StoreError::Invalid(format!("cannot read {p}: {e}")))
-        };
-        let client_tls = match (&self.cert, &self.key) {
-            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
-                client_cert: read(c)?,
-                client_key: read(k)?,
-            }),
-            _ => None,
-        };
-        Ok(redis::TlsCertificates {
-            client_tls,
-            root_cert: self.ca.as_deref().map(read).transpose()?,
-        })
-    }
-
-    pub(super) fn client(&self, info: redis::ConnectionInfo) -> StoreResult<Client> {
-        if self.tls {
-            Client::build_with_tls(info, self.certificates()?).map_err(classify)
-        } else {
-            Client::open(info).map_err(classify)
-        }
+/// A client for one host, over TLS when the URL has `tls`.
+pub(super) fn client(tls: Option<&Files>, info: redis::ConnectionInfo) -> StoreResult<Client> {
+    match tls {
+        Some(files) => Client::build_with_tls(info, certificates(files)).map_err(classify),
+        None => Client::open(info).map_err(classify),
     }
 }

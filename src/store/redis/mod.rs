@@ -24,7 +24,7 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
-use connect::{TlsFiles, connection_info};
+use connect::{certificates, client, connection_info};
 
 use super::url::ServerUrl;
 use super::{
@@ -127,7 +127,7 @@ impl RedisStore {
                 ))
             })?),
         };
-        let tls = TlsFiles::take(&mut url)?;
+        let tls = crate::tls::take_files(&mut url, "a rediss:// URL")?;
         url.reject_unknown_params().map_err(StoreError::Invalid)?;
         let infos = url
             .hosts
@@ -136,7 +136,7 @@ impl RedisStore {
             .collect::<StoreResult<Vec<_>>>()?;
         let subscribe_via = infos
             .iter()
-            .map(|info| tls.client(info.clone()))
+            .map(|info| client(tls.as_ref(), info.clone()))
             .collect::<StoreResult<Vec<_>>>()?;
         let conn = if cluster {
             let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
@@ -149,8 +149,8 @@ impl RedisStore {
             if let Some(p) = &url.password {
                 b = b.password(p);
             }
-            if url.tls {
-                b = b.tls(redis::TlsMode::Secure).certs(tls.certificates()?);
+            if let Some(files) = &tls {
+                b = b.tls(redis::TlsMode::Secure).certs(certificates(files));
             }
             let client = b.build().map_err(classify)?;
             Conn::Cluster(client.get_async_connection().await.map_err(classify)?)
