@@ -24,6 +24,18 @@ use common::zk::ZkServer;
 use dlock::engine::{Engine, Wait};
 use dlock::store::{Acquire, Mode, StoreUrl, url};
 
+/// A fresh request for `name`, exclusive, with a 30 s ttl.
+fn exclusive(name: &str, meta: &str) -> Acquire {
+    Acquire {
+        names: vec![name.into()],
+        token: dlock::names::new_token(),
+        mode: Mode::Exclusive,
+        ttl: Duration::from_secs(30),
+        meta: meta.into(),
+        detached: false,
+    }
+}
+
 fn measure(rt: &tokio::runtime::Runtime, urls: &[StoreUrl], rounds: usize) -> Vec<Duration> {
     rt.block_on(async {
         let engine = Engine::open(urls, "bench", Duration::from_millis(100))
@@ -31,14 +43,7 @@ fn measure(rt: &tokio::runtime::Runtime, urls: &[StoreUrl], rounds: usize) -> Ve
             .unwrap();
         let mut times = Vec::with_capacity(rounds);
         for i in 0..rounds + rounds / 10 {
-            let req = Acquire {
-                names: vec!["x".into()],
-                token: dlock::names::new_token(),
-                mode: Mode::Exclusive,
-                ttl: Duration::from_secs(30),
-                meta: "{\"bench\":true}".into(),
-                detached: false,
-            };
+            let req = exclusive("x", "{\"bench\":true}");
             let start = Instant::now();
             engine
                 .acquire(&req, Wait::No)
@@ -75,14 +80,7 @@ fn handoff(
                 let (engine, released, gaps) = (engine.clone(), released.clone(), gaps.clone());
                 tokio::spawn(async move {
                     while gaps.lock().unwrap().len() < rounds {
-                        let req = Acquire {
-                            names: vec!["h".into()],
-                            token: dlock::names::new_token(),
-                            mode: Mode::Exclusive,
-                            ttl: Duration::from_secs(30),
-                            meta: "{}".into(),
-                            detached: false,
-                        };
+                        let req = exclusive("h", "{}");
                         engine.acquire(&req, Wait::Forever).await.unwrap();
                         if let Some(t) = released.lock().unwrap().take() {
                             gaps.lock().unwrap().push(t.elapsed());
