@@ -12,6 +12,7 @@
 //! fails the compares.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -41,7 +42,11 @@ const ROUNDS: usize = 8;
 const FRESH: Duration = Duration::from_millis(20);
 
 impl Inner {
-    pub(super) async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+    pub(super) async fn attempt(
+        self: &Arc<Self>,
+        req: &Acquire,
+        queue: bool,
+    ) -> StoreResult<Attempt> {
         // The holder's lease must run from no earlier than the engine's send time: it is
         // granted, or a kept one renewed, inside the attempt that uses it, or else reckoned
         // from its renewal (`follow`).
@@ -124,7 +129,8 @@ impl Inner {
     /// A release handed the lock to `req` and the listener saw it (see `watch`): nothing to
     /// ask etcd. The lease is the spare, so the engine reckons it from the spare's last
     /// renewal; the waiters the release passed on let this holder's own release hand over.
-    fn follow(&self, req: &Acquire) -> Option<Vec<Granted>> {
+    /// When they name no heir, the queue is read while the lock is held (see `refresh`).
+    fn follow(self: &Arc<Self>, req: &Acquire) -> Option<Vec<Granted>> {
         let seen = self
             .blocks
             .lock()
@@ -159,9 +165,36 @@ impl Inner {
             entries,
             record: Some((record, rev)),
         }];
+        let heirless = queues[0].heir(&req.token).is_none();
         // Only a few waiters were passed on: not the whole queue.
         self.hold(req, Snapshot { rev, queues }, false, Some((lease, renewed)));
+        if heirless {
+            let (inner, token) = (self.clone(), req.token.clone());
+            tokio::spawn(async move { inner.refresh(&token, rev).await });
+        }
         Some(vec![granted])
+    }
+
+    /// Read the queue behind a holder whose handover named no heir, so that its release
+    /// need not read first: the read takes place while the lock is held instead of between
+    /// holders. Nothing is read once the lock is released (a release that comes first reads
+    /// for itself), and a read that comes back after the release is dropped.
+    async fn refresh(&self, token: &str, rev: i64) {
+        let names = {
+            let held = self.held.lock().unwrap();
+            match held.get(token).filter(|h| h.snap.rev == rev) {
+                Some(h) => h.names.clone(),
+                None => return,
+            }
+        };
+        let Ok(snap) = self.read(&names).await else {
+            return;
+        };
+        if let Some(h) = self.held.lock().unwrap().get_mut(token)
+            && h.snap.rev == rev
+        {
+            (h.snap, h.at, h.whole) = (snap, Instant::now(), true);
+        }
     }
 
     /// The lock is `req`'s already, as read in `snap`: a release handed it over (see
