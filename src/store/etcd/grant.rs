@@ -178,7 +178,8 @@ impl Inner {
     /// Read the queue behind a holder whose handover named no heir, so that its release
     /// need not read first: the read takes place while the lock is held instead of between
     /// holders. Nothing is read once the lock is released (a release that comes first reads
-    /// for itself), and a read that comes back after the release is dropped.
+    /// for itself), and a read that comes back after the release is dropped. So is one that
+    /// finds nobody to hand over to: the release then reads again, for whoever queued since.
     async fn refresh(&self, token: &str, rev: i64) {
         let names = {
             let held = self.held.lock().unwrap();
@@ -190,6 +191,9 @@ impl Inner {
         let Ok(snap) = self.read(&names).await else {
             return;
         };
+        if snap.queues.iter().all(|q| q.heir(token).is_none()) {
+            return;
+        }
         if let Some(h) = self.held.lock().unwrap().get_mut(token)
             && h.snap.rev == rev
         {
