@@ -24,20 +24,18 @@ pub fn take_files(url: &mut ServerUrl, tls_url: &str) -> StoreResult<Option<File
     let key = url.take_param("key_file");
     if !url.tls {
         if ca.is_some() || cert.is_some() || key.is_some() {
-            return Err(StoreError::Invalid(format!(
+            return Err(StoreError::invalid(format!(
                 "ca_file, cert_file and key_file need {tls_url}"
             )));
         }
         return Ok(None);
     }
     if cert.is_some() != key.is_some() {
-        return Err(StoreError::Invalid(
-            "cert_file and key_file go together".into(),
-        ));
+        return Err(StoreError::invalid("cert_file and key_file go together"));
     }
     install_provider();
     let read = |p: &str| {
-        std::fs::read(p).map_err(|e| StoreError::Invalid(format!("cannot read {p}: {e}")))
+        std::fs::read(p).map_err(|e| StoreError::invalid(format!("cannot read {p}: {e}")))
     };
     let identity = match (cert, key) {
         (Some(c), Some(k)) => Some((read(&c)?, read(&k)?)),

@@ -8,7 +8,7 @@ use crate::app::Ctx;
 use crate::cli::InspectArgs;
 use crate::engine::EngineError;
 use crate::exit::Result;
-use crate::store::{Holder, LockState, Previous, StoreError, Waiter};
+use crate::store::{ErrorKind, Holder, LockState, Previous, StoreError, Waiter};
 
 /// A holder as the quorum sees it: the owner's lease on how many stores.
 #[derive(Serialize, Clone)]
@@ -89,11 +89,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
         let errors = results
             .iter()
             .filter_map(|(_, r, _)| r.as_ref().err())
-            .map(|e| match e {
-                StoreError::Refused(m) => StoreError::Refused(m.clone()),
-                other => StoreError::Unavailable(other.to_string()),
+            .map(|e| match e.kind() {
+                ErrorKind::Refused => e.clone(),
+                _ => StoreError::unavailable(e.to_string()),
             });
-        let refused = errors.clone().any(|e| matches!(e, StoreError::Refused(_)));
+        let refused = errors.clone().any(|e| e.kind() == ErrorKind::Refused);
         let msg: Vec<String> = errors.map(|e| e.to_string()).collect();
         let msg = msg.join("; ");
         return Err(engine_error(if refused {

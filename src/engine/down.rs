@@ -12,12 +12,7 @@ pub(super) struct Down {
 
 impl Down {
     fn err<T>(&self) -> StoreResult<T> {
-        Err(match &self.error {
-            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-            StoreError::Refused(m) => StoreError::Refused(m.clone()),
-            StoreError::Protocol(m) => StoreError::Protocol(m.clone()),
-            StoreError::Invalid(m) => StoreError::Invalid(m.clone()),
-        })
+        Err(self.error.clone())
     }
 }
 

@@ -21,8 +21,8 @@ use tokio::time::{Instant, sleep, timeout};
 use down::Down;
 
 use crate::store::{
-    self, Acquire, Attempt, Granted, Listener, LockState, Previous, Store, StoreError, StoreResult,
-    StoreUrl,
+    self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, Previous, Store, StoreError,
+    StoreResult, StoreUrl,
 };
 
 /// Longest a waiter sleeps without looking again, in case a notification was lost.
@@ -101,14 +101,14 @@ impl Engine {
             let opened =
                 match timeout(store_timeout, store::open(url, namespace, store_timeout)).await {
                     Ok(r) => r,
-                    Err(_) => Err(StoreError::Unavailable(format!(
+                    Err(_) => Err(StoreError::unavailable(format!(
                         "no answer within {}",
                         humantime::format_duration(store_timeout)
                     ))),
                 };
             match opened {
                 Ok(s) => Ok(s),
-                Err(StoreError::Invalid(m)) => Err(StoreError::Invalid(format!("{url}: {m}"))),
+                Err(e) if e.kind() == ErrorKind::Invalid => Err(e.context(url)),
                 Err(error) => Ok(Arc::new(Down {
                     desc: url.to_string(),
                     error,
@@ -173,7 +173,7 @@ impl Engine {
                 async move {
                     let r = match timeout(limit, call).await {
                         Ok(r) => r,
-                        Err(_) => Err(StoreError::Unavailable(format!(
+                        Err(_) => Err(StoreError::unavailable(format!(
                             "no answer within {} (raise --store-timeout if the store is slow)",
                             humantime::format_duration(limit)
                         ))),
@@ -203,10 +203,7 @@ impl Engine {
                 let s = self.stores[i].as_ref();
                 out.push((
                     i,
-                    Err(name_store(
-                        s,
-                        StoreError::Unavailable("no answer yet".into()),
-                    )),
+                    Err(name_store(s, StoreError::unavailable("no answer yet"))),
                 ));
             }
         }
@@ -475,8 +472,8 @@ impl Engine {
 /// The one error to report when too few stores answered: refused wins (exit 77), otherwise
 /// unavailable (exit 69); either way every failing store is named on one line.
 fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
-    let refused = errors.iter().any(|e| matches!(e, StoreError::Refused(_)));
-    let invalid = errors.iter().any(|e| matches!(e, StoreError::Invalid(_)));
+    let refused = errors.iter().any(|e| e.kind() == ErrorKind::Refused);
+    let invalid = errors.iter().any(|e| e.kind() == ErrorKind::Invalid);
     let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let mut msg = detail.join("; ");
     if n > 1 {
@@ -499,13 +496,7 @@ fn yes(done: &[(usize, StoreResult<bool>)]) -> usize {
 }
 
 fn name_store(s: &dyn Store, e: StoreError) -> StoreError {
-    let d = s.describe();
-    match e {
-        StoreError::Unavailable(m) => StoreError::Unavailable(format!("{d}: {m}")),
-        StoreError::Refused(m) => StoreError::Refused(format!("{d}: {m}")),
-        StoreError::Protocol(m) => StoreError::Protocol(format!("{d}: {m}")),
-        StoreError::Invalid(m) => StoreError::Invalid(format!("{d}: {m}")),
-    }
+    e.context(s.describe())
 }
 
 /// Until any listener reports a change, or `max` passes.

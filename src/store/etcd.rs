@@ -169,7 +169,7 @@ impl Inner {
             })
             .collect();
         if out.len() != names.len() {
-            return Err(StoreError::Protocol("etcd: malformed read answer".into()));
+            return Err(StoreError::protocol("etcd: malformed read answer"));
         }
         Ok(out)
     }
@@ -212,9 +212,10 @@ impl Inner {
             match lease.keep_alive(id).await {
                 // Dropping the keeper and its stream ends the gRPC stream: one renewal.
                 Ok(_) => Ok(true),
-                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
-                    Ok(false)
-                }
+                // The crate raises this variant here only when etcd's first answer has ttl 0,
+                // its word for a lease it no longer has (its one other source, a send into
+                // the channel it has just made, cannot fail).
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
                 Err(e) => Err(e),
             }
         })
@@ -336,7 +337,7 @@ fn snapshot(resp: &TxnResponse, names: &[String]) -> StoreResult<Snapshot> {
         })
         .collect();
     if gets.len() != names.len() * 2 {
-        return Err(StoreError::Protocol("etcd: malformed read answer".into()));
+        return Err(StoreError::protocol("etcd: malformed read answer"));
     }
     let queues = gets
         .chunks(2)

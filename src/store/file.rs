@@ -124,9 +124,9 @@ fn name_of(file: &str) -> Option<String> {
 fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
     let msg = format!("{what} {}: {e}", path.display());
     if e.kind() == io::ErrorKind::PermissionDenied {
-        StoreError::Refused(msg)
+        StoreError::refused(msg)
     } else {
-        StoreError::Unavailable(msg)
+        StoreError::unavailable(msg)
     }
 }
 
@@ -158,7 +158,7 @@ impl FileStore {
             // The flock goes with `file` when it is dropped here.
         })
         .await
-        .map_err(|e| StoreError::Protocol(format!("file store task failed: {e}")))?
+        .map_err(|e| StoreError::protocol(format!("file store task failed: {e}")))?
     }
 }
 
@@ -172,7 +172,7 @@ impl Dir {
             .map_err(|e| io_err("cannot create", &dir, e))?;
         let meta = fs::symlink_metadata(root).map_err(|e| io_err("cannot read", root, e))?;
         if !meta.is_dir() {
-            return Err(StoreError::Refused(format!(
+            return Err(StoreError::refused(format!(
                 "{} is not a directory",
                 root.display()
             )));
@@ -192,7 +192,7 @@ impl Dir {
         let path = self.path(name);
         match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                StoreError::Protocol(format!(
+                StoreError::protocol(format!(
                     "state file {} is damaged ({e}); remove it to reset this lock",
                     path.display()
                 ))

@@ -187,20 +187,85 @@ pub struct LockState {
     pub previous: Previous,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Could not reach the store or it did not answer in time.
-    #[error("{0}")]
-    Unavailable(String),
-    /// The store refused us: authentication or permission.
-    #[error("{0}")]
-    Refused(String),
+/// What kind of failure a store reported: the engine and the exit codes decide by this,
+/// never by an error's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Could not reach the store or it did not answer in time (exit 69).
+    Unavailable,
+    /// The store refused us: authentication or permission (exit 77).
+    Refused,
     /// The store answered with something this version cannot use.
-    #[error("{0}")]
-    Protocol(String),
+    Protocol,
     /// The URL asks for something this store cannot do (a usage error, exit 64).
-    #[error("{0}")]
-    Invalid(String),
+    Invalid,
+    /// The lease a request named no longer exists on the store (it ran out or was revoked).
+    LeaseGone,
+}
+
+/// One store failure: its kind, the line a user reads, and the client error behind it.
+/// The message is the whole user-facing text; `source` is kept for `-v` and debugging, so a
+/// message never has to carry a client library's wording for the code to decide on it.
+#[derive(Clone, Debug)]
+pub struct StoreError {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> StoreError {
+        StoreError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+    pub fn unavailable(message: impl Into<String>) -> StoreError {
+        StoreError::new(ErrorKind::Unavailable, message)
+    }
+    pub fn refused(message: impl Into<String>) -> StoreError {
+        StoreError::new(ErrorKind::Refused, message)
+    }
+    pub fn protocol(message: impl Into<String>) -> StoreError {
+        StoreError::new(ErrorKind::Protocol, message)
+    }
+    pub fn invalid(message: impl Into<String>) -> StoreError {
+        StoreError::new(ErrorKind::Invalid, message)
+    }
+    pub fn lease_gone(message: impl Into<String>) -> StoreError {
+        StoreError::new(ErrorKind::LeaseGone, message)
+    }
+    /// Keep the client library's error behind this one.
+    pub fn with_source(mut self, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        self.source = Some(Arc::new(e));
+        self
+    }
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// The same error with `what` (a store's name, a URL) in front of its message.
+    pub fn context(mut self, what: impl std::fmt::Display) -> StoreError {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

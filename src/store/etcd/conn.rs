@@ -27,40 +27,54 @@ pub struct Endpoints {
     probe_timeout: Duration,
 }
 
+/// etcd names each of its errors by one exact description (its Go client maps them back to
+/// error values by equality, in `rpctypes`): the code alone does not tell a missing user
+/// (InvalidArgument) from a request that is too large (InvalidArgument too). These are the
+/// ones that mean the cluster refused us.
+const AUTH_ERRORS: &[&str] = &[
+    "etcdserver: user name is empty",
+    "etcdserver: user name not found",
+    "etcdserver: authentication failed, invalid user ID or password",
+    "etcdserver: authentication is not enabled",
+    "etcdserver: permission denied",
+    "etcdserver: invalid auth token",
+    "etcdserver: invalid auth management",
+];
+
 /// Map an etcd client error to what it means for dlock (and its exit code).
 pub fn classify(e: etcd_client::Error) -> StoreError {
     use tonic::Code;
-    match &e {
+    let error = match &e {
         etcd_client::Error::GRpcStatus(s) => {
             let msg = s.message();
-            let auth = msg.contains("authentication")
-                || msg.contains("user name")
-                || msg.contains("password")
-                || msg.contains("permission denied");
             match s.code() {
+                _ if AUTH_ERRORS.contains(&msg) => refused(msg),
                 Code::Unauthenticated | Code::PermissionDenied => refused(msg),
-                Code::InvalidArgument | Code::FailedPrecondition if auth => refused(msg),
+                // etcd answers NotFound only for a lease it no longer has (ErrGRPCLeaseNotFound):
+                // dlock names no other missing thing in its requests.
+                Code::NotFound => StoreError::lease_gone(format!("etcd: {msg}")),
                 Code::Unavailable
                 | Code::DeadlineExceeded
                 | Code::Cancelled
                 | Code::Aborted
                 | Code::ResourceExhausted
-                | Code::Unknown => StoreError::Unavailable(format!("cannot reach etcd: {msg}")),
-                _ => StoreError::Protocol(format!("unexpected answer from etcd: {msg}")),
+                | Code::Unknown => StoreError::unavailable(format!("cannot reach etcd: {msg}")),
+                _ => StoreError::protocol(format!("unexpected answer from etcd: {msg}")),
             }
         }
         etcd_client::Error::TransportError(_)
         | etcd_client::Error::IoError(_)
         | etcd_client::Error::WatchError(_)
         | etcd_client::Error::LeaseKeepAliveError(_) => {
-            StoreError::Unavailable(format!("cannot reach etcd: {e}"))
+            StoreError::unavailable(format!("cannot reach etcd: {e}"))
         }
-        _ => StoreError::Protocol(format!("etcd: {e}")),
-    }
+        _ => StoreError::protocol(format!("etcd: {e}")),
+    };
+    error.with_source(e)
 }
 
 fn refused(msg: &str) -> StoreError {
-    StoreError::Refused(format!(
+    StoreError::refused(format!(
         "refused: {msg} (check the user and password: in the URL, ?password_file=, \
          ?password_env= or DLOCK_PASSWORD)"
     ))
@@ -80,13 +94,13 @@ impl Endpoints {
     pub async fn connect(url: &mut ServerUrl, timeout: Duration) -> StoreResult<Endpoints> {
         let tls = tls_options(url)?;
         if let Some((k, _)) = url.params.first() {
-            return Err(StoreError::Invalid(format!(
+            return Err(StoreError::invalid(format!(
                 "unknown parameter {k:?}; an etcd URL takes ca_file, cert_file, key_file, \
                  password_file and password_env"
             )));
         }
         if !url.path.is_empty() && url.path != "/" {
-            return Err(StoreError::Invalid(format!(
+            return Err(StoreError::invalid(format!(
                 "{url}: an etcd URL has no path; use --namespace to keep locks apart"
             )));
         }
@@ -98,7 +112,7 @@ impl Endpoints {
             .collect();
         let (up, why) = probe(&urls, timeout).await;
         if up.is_empty() {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::unavailable(format!(
                 "cannot reach etcd: {}",
                 why.join(", ")
             )));
@@ -120,7 +134,7 @@ impl Endpoints {
         let client = tokio::time::timeout(timeout, Client::connect(&live, Some(options)))
             .await
             .map_err(|_| {
-                StoreError::Unavailable(format!(
+                StoreError::unavailable(format!(
                     "no answer from etcd within {}",
                     humantime::format_duration(timeout)
                 ))

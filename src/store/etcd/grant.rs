@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::layout::{Entry, PASSED_ON, Queue, Record, Seen, encode, granted_record, lease_secs};
 use super::{Block, Free, Held, Inner, Snapshot, WAIT_RENEW, WAIT_TTL, Waiting};
-use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreError, StoreResult};
+use crate::store::{Acquire, Attempt, ErrorKind, Granted, Mode, Previous, StoreError, StoreResult};
 
 /// What a grant writes for one name (see `Inner::holding`).
 struct Written {
@@ -475,7 +475,7 @@ impl Inner {
         match self.txn(txn).await {
             Ok(resp) => super::snapshot(&resp, &req.names).map(Some),
             // The waiting lease ran out (this process stalled): take a new one next round.
-            Err(e) if e.to_string().contains("lease not found") => {
+            Err(e) if e.kind() == ErrorKind::LeaseGone => {
                 self.waiting.lock().unwrap().remove(&req.token);
                 Ok(None)
             }
@@ -741,7 +741,7 @@ impl Inner {
             let resp = match self.txn(Txn::new().when(cmps).and_then(ops)).await {
                 // The heir's spare ran out (its process stalled or ended): it takes the lock
                 // itself, if it is still there.
-                Err(e) if hand_over && e.to_string().contains("lease not found") => {
+                Err(e) if hand_over && e.kind() == ErrorKind::LeaseGone => {
                     hand_over = false;
                     continue;
                 }
@@ -867,7 +867,7 @@ impl Inner {
 }
 
 fn contended(what: &str) -> StoreError {
-    StoreError::Unavailable(format!(
+    StoreError::unavailable(format!(
         "etcd: could not {what}: the lock changed on every try"
     ))
 }

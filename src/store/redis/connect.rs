@@ -17,12 +17,12 @@ pub(super) fn connection_info(
     let db = match url.path.trim_start_matches('/') {
         "" => 0,
         _ if cluster => {
-            return Err(StoreError::Invalid(
-                "a Redis Cluster has only database 0; drop the /db".into(),
+            return Err(StoreError::invalid(
+                "a Redis Cluster has only database 0; drop the /db",
             ));
         }
         d => d.parse::<i64>().map_err(|_| {
-            StoreError::Invalid(format!("the database {d:?} is not a number; write e.g. /0"))
+            StoreError::invalid(format!("the database {d:?} is not a number; write e.g. /0"))
         })?,
     };
     let addr = if url.tls {

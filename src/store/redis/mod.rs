@@ -77,22 +77,23 @@ pub struct RedisStore {
 /// Map a Redis client error to what it means for dlock (and its exit code).
 pub fn classify(e: RedisError) -> StoreError {
     let code = e.code().unwrap_or("");
-    // A server with a password answers a long first command from a client that has not
-    // authenticated (dlock's first is a script) not with NOAUTH but with a protocol error
-    // about an "unauthenticated" request, and hangs up: that is a refusal too.
-    if e.kind() == redis::ErrorKind::AuthenticationFailed
+    let error = if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
-        || e.to_string().contains("unauthenticated")
     {
-        return StoreError::Refused(format!(
+        StoreError::refused(format!(
             "refused: {e} (check the user and password: in the URL, ?password_file=, \
              ?password_env= or DLOCK_PASSWORD)"
-        ));
-    }
-    if e.is_io_error() || e.is_timeout() || e.is_connection_refusal() || e.is_connection_dropped() {
-        return StoreError::Unavailable(format!("cannot reach the server: {e}"));
-    }
-    StoreError::Protocol(format!("unexpected answer: {e}"))
+        ))
+    } else if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+    {
+        StoreError::unavailable(format!("cannot reach the server: {e}"))
+    } else {
+        StoreError::protocol(format!("unexpected answer: {e}"))
+    };
+    error.with_source(e)
 }
 
 impl RedisStore {
@@ -122,13 +123,13 @@ impl RedisStore {
         let wait_replicas = match url.take_param("wait_replicas") {
             None => None,
             Some(n) => Some(n.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                StoreError::Invalid(format!(
+                StoreError::invalid(format!(
                     "wait_replicas={n:?} is not a number of replicas (1 or more)"
                 ))
             })?),
         };
         let tls = crate::tls::take_files(&mut url, "a rediss:// URL")?;
-        url.reject_unknown_params().map_err(StoreError::Invalid)?;
+        url.reject_unknown_params().map_err(StoreError::invalid)?;
         let infos = url
             .hosts
             .iter()
@@ -158,12 +159,21 @@ impl RedisStore {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
-            Conn::Single(
-                subscribe_via[0]
-                    .get_multiplexed_async_connection_with_config(&config)
+            let conn = subscribe_via[0]
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(classify)?;
+            // Without a password nothing has been said yet. A server that wants one answers a
+            // short first command with NOAUTH, but a long one (a grant script) with a bare
+            // protocol error and a hang-up: ask something short first, so a refusal is known
+            // by its code.
+            if url.password.is_none() {
+                let _: Value = redis::cmd("PING")
+                    .query_async(&mut conn.clone())
                     .await
-                    .map_err(classify)?,
-            )
+                    .map_err(classify)?;
+            }
+            Conn::Single(conn)
         };
         Ok(RedisStore {
             subscribe_via,
@@ -233,8 +243,8 @@ impl RedisStore {
             .run_replicated(&self.scripts.grant, names, &args)
             .await?;
         let reply: Vec<Value> = redis::from_redis_value(reply)
-            .map_err(|e| StoreError::Protocol(format!("unexpected answer: {e}")))?;
-        let bad = || StoreError::Protocol("malformed grant answer".into());
+            .map_err(|e| StoreError::protocol(format!("unexpected answer: {e}")))?;
+        let bad = || StoreError::protocol("malformed grant answer");
         let mut it = reply.into_iter();
         let ok: i64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
         if ok == 0 {
@@ -260,7 +270,7 @@ impl RedisStore {
         if !replicated {
             // A failover now could lose this grant: withdraw it rather than hand it out.
             let _ = self.release(names, &req.token).await;
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::unavailable(format!(
                 "the grant did not reach {} replica(s) in time (wait_replicas)",
                 self.wait_replicas.unwrap_or(0)
             )));
@@ -284,7 +294,7 @@ impl RedisStore {
             .await
             .map_err(classify)?;
         redis::from_redis_value(v)
-            .map_err(|e| StoreError::Protocol(format!("unexpected answer: {e}")))
+            .map_err(|e| StoreError::protocol(format!("unexpected answer: {e}")))
     }
 
     /// Like `run`, but with `?wait_replicas` the writes must reach that many replicas.
@@ -312,7 +322,7 @@ impl RedisStore {
     }
 
     fn state_from(&self, name: &str, snapshot: Vec<Value>) -> StoreResult<LockState> {
-        let bad = || StoreError::Protocol("malformed inspect answer".into());
+        let bad = || StoreError::protocol("malformed inspect answer");
         let mut it = snapshot.into_iter();
         let now: u64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
         let holders: Vec<(String, String)> =
@@ -421,7 +431,7 @@ impl Store for RedisStore {
         let Some(mut pubsub) = pubsub else {
             return Err(last
                 .map(classify)
-                .unwrap_or_else(|| StoreError::Unavailable("no node to subscribe on".into())));
+                .unwrap_or_else(|| StoreError::unavailable("no node to subscribe on")));
         };
         pubsub
             .subscribe(format!("dlock:wake:{}", req.token))
@@ -438,7 +448,7 @@ impl Store for RedisStore {
                 .run_replicated(&self.scripts.renew, &group, &args)
                 .await?;
             let renewed = redis::from_redis_value::<i64>(reply)
-                .map_err(|e| StoreError::Protocol(e.to_string()))?
+                .map_err(|e| StoreError::protocol(e.to_string()))?
                 == 1;
             if !renewed {
                 return Ok(false);
@@ -446,8 +456,8 @@ impl Store for RedisStore {
             if !replicated {
                 // Not "lost": the lease is still ours, but the new deadline might not survive
                 // a failover, so the client must not count on it.
-                return Err(StoreError::Unavailable(
-                    "the renewal did not reach its replicas in time (wait_replicas)".into(),
+                return Err(StoreError::unavailable(
+                    "the renewal did not reach its replicas in time (wait_replicas)",
                 ));
             }
         }

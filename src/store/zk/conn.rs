@@ -63,11 +63,11 @@ impl Conn {
                     let _ = stopped.await;
                 });
             })
-            .map_err(|e| StoreError::Unavailable(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| StoreError::unavailable(format!("cannot start a thread: {e}")))?;
         let handle = rx
             .recv()
-            .map_err(|_| StoreError::Unavailable("the ZooKeeper thread did not start".into()))?
-            .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+            .map_err(|_| StoreError::unavailable("the ZooKeeper thread did not start"))?
+            .map_err(|e| StoreError::unavailable(format!("cannot start a runtime: {e}")))?;
         Ok(Conn {
             handle,
             stop: Mutex::new(Some(stop)),
@@ -109,7 +109,7 @@ impl Conn {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Err(classify(e, "connect")),
             Err(_) => {
-                return Err(StoreError::Unavailable(format!(
+                return Err(StoreError::unavailable(format!(
                     "no session within {}",
                     humantime::format_duration(self.connect_timeout)
                 )));
@@ -152,12 +152,10 @@ impl<T> Future for Abort<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.0).poll(cx).map(|r| match r {
             Ok(r) => r,
-            Err(e) if e.is_panic() => Err(StoreError::Protocol(
-                "internal error in the ZooKeeper store".into(),
+            Err(e) if e.is_panic() => Err(StoreError::protocol(
+                "internal error in the ZooKeeper store",
             )),
-            Err(_) => Err(StoreError::Unavailable(
-                "the ZooKeeper session was closed".into(),
-            )),
+            Err(_) => Err(StoreError::unavailable("the ZooKeeper session was closed")),
         })
     }
 }
@@ -171,18 +169,18 @@ impl<T> Drop for Abort<T> {
 /// Map a client error to what it means for dlock (and its exit code). `doing` completes
 /// "cannot ...".
 pub fn classify(e: Error, doing: &str) -> StoreError {
-    match e {
-        Error::NoAuth => StoreError::Refused(format!(
+    let error = match &e {
+        Error::NoAuth => StoreError::refused(format!(
             "refused: not allowed to {doing}: the lock's nodes belong to another identity (check \
              the user and password: in the URL, ?password_file=, ?password_env= or DLOCK_PASSWORD)"
         )),
-        Error::AuthFailed => StoreError::Refused(format!(
+        Error::AuthFailed => StoreError::refused(format!(
             "refused: authentication failed while trying to {doing} (check the user and password)"
         )),
-        Error::InvalidAcl => StoreError::Refused(format!(
+        Error::InvalidAcl => StoreError::refused(format!(
             "refused: the server rejected the ACL while trying to {doing}"
         )),
-        Error::Unimplemented => StoreError::Protocol(format!(
+        Error::Unimplemented => StoreError::protocol(format!(
             "cannot {doing}: the server does not implement the request; `lock` needs TTL nodes: \
              set extendedTypesEnabled=true in zoo.cfg (ZooKeeper 3.6 or later) and restart it"
         )),
@@ -192,7 +190,8 @@ pub fn classify(e: Error, doing: &str) -> StoreError {
         | Error::SessionExpired
         | Error::SessionMoved
         | Error::ClientClosed
-        | Error::Throttled => StoreError::Unavailable(format!("cannot {doing}: {e}")),
-        other => StoreError::Protocol(format!("cannot {doing}: unexpected answer: {other}")),
-    }
+        | Error::Throttled => StoreError::unavailable(format!("cannot {doing}: {e}")),
+        other => StoreError::protocol(format!("cannot {doing}: unexpected answer: {other}")),
+    };
+    error.with_source(e)
 }

@@ -21,7 +21,7 @@ fn raced(e: &MultiWriteError) -> bool {
 }
 
 fn contended(doing: &str) -> StoreError {
-    StoreError::Unavailable(format!(
+    StoreError::unavailable(format!(
         "cannot {doing}: the lock kept changing under concurrent grants; try again"
     ))
 }

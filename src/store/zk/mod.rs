@@ -35,7 +35,7 @@ use zookeeper_client::{
 };
 
 use super::url::ServerUrl;
-use super::{Acquire, Attempt, Listener, LockState, Store, StoreError, StoreResult};
+use super::{Acquire, Attempt, ErrorKind, Listener, LockState, Store, StoreError, StoreResult};
 use conn::{Conn, classify};
 use layout::{Child, Paths, Record};
 
@@ -107,24 +107,24 @@ struct Held {
 
 impl ZkStore {
     pub fn open(url: &ServerUrl, namespace: &str, timeout: Duration) -> StoreResult<ZkStore> {
-        url.reject_unknown_params().map_err(StoreError::Invalid)?;
-        let chroot = check_chroot(&url.path).map_err(StoreError::Invalid)?;
+        url.reject_unknown_params().map_err(StoreError::invalid)?;
+        let chroot = check_chroot(&url.path).map_err(StoreError::invalid)?;
         let auth = match (&url.user, &url.password) {
             (None, None) => None,
             (Some(u), Some(p)) if !u.contains(':') => Some(format!("{u}:{p}").into_bytes()),
             (Some(_), Some(_)) => {
-                return Err(StoreError::Invalid(String::from(
+                return Err(StoreError::invalid(
                     "a ZooKeeper digest user name cannot contain ':'",
-                )));
+                ));
             }
             (Some(_), None) => {
-                return Err(StoreError::Invalid(String::from(
+                return Err(StoreError::invalid(String::from(
                     "ZooKeeper digest authentication needs a password as well as the user \
                      (in the URL, ?password_file=, ?password_env= or DLOCK_PASSWORD)",
                 )));
             }
             (None, Some(_)) => {
-                return Err(StoreError::Invalid(String::from(
+                return Err(StoreError::invalid(String::from(
                     "a password was given (in the URL, a parameter or DLOCK_PASSWORD) but \
                      no user; ZooKeeper digest authentication needs zk://USER@host",
                 )));
@@ -181,12 +181,12 @@ fn ms(d: Duration) -> u64 {
 }
 
 fn malformed() -> StoreError {
-    StoreError::Protocol("malformed answer from the server".into())
+    StoreError::protocol("malformed answer from the server")
 }
 
 /// A path the client refused to send (only a bug could build one).
 fn bad_path(e: Error) -> StoreError {
-    StoreError::Protocol(format!("bad ZooKeeper path: {e}"))
+    StoreError::protocol(format!("bad ZooKeeper path: {e}"))
 }
 
 impl Inner {
@@ -211,7 +211,7 @@ impl Inner {
             && !r.detached
             && c.session_timeout() < r.ttl
         {
-            return Err(StoreError::Invalid(format!(
+            return Err(StoreError::invalid(format!(
                 "the ZooKeeper session timeout is {} (the server's maxSessionTimeout caps it), \
                  shorter than the ttl {}; a `run` lease lives in the session, so use --ttl {} or \
                  less, or raise maxSessionTimeout in zoo.cfg",
@@ -251,7 +251,7 @@ impl Inner {
             let (exists, record, version) = match it.next() {
                 Some(MultiReadResult::Data { data, stat }) => (
                     true,
-                    Record::parse(&data).map_err(StoreError::Protocol)?,
+                    Record::parse(&data).map_err(StoreError::protocol)?,
                     stat.version,
                 ),
                 Some(MultiReadResult::Error { err: Error::NoNode }) => {
@@ -361,7 +361,7 @@ impl Inner {
         // Read the nodes before the clock: a node changed in between looks older, never younger.
         let (data, now) = tokio::join!(self.fetch(c, &paths), self.now(c));
         let now = match now {
-            Err(StoreError::Refused(_)) if looking => std::time::SystemTime::now()
+            Err(e) if e.kind() == ErrorKind::Refused && looking => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64),
             other => other?,
@@ -432,7 +432,7 @@ impl Store for ZkStore {
             .inner
             .waits
             .lock()
-            .map_err(|_| StoreError::Protocol("internal error".into()))?;
+            .map_err(|_| StoreError::protocol("internal error"))?;
         let w = waits.entry(req.token.clone()).or_insert_with(|| Waiting {
             notify: Arc::new(Notify::new()),
             watching: HashSet::new(),
