@@ -5,39 +5,153 @@ use serde_json::{Value, json};
 /// Cap on the whole metadata object: it is copied into every store for every grant.
 pub const MAX_META: usize = 1024;
 const MAX_COMMAND: usize = 256;
+/// A reason is a sentence for the person waiting, not a document: long ones are cut here so
+/// the command line and the CI job still fit under `MAX_META`.
+pub const MAX_REASON: usize = 200;
+/// A CI job URL (GitHub's is about 80 bytes); longer values are cut rather than dropped.
+const MAX_CI: usize = 256;
 
 /// The metadata for a lease taken by this process to run `command` (empty for `lock`).
 pub fn holder(command: &[std::ffi::OsString]) -> String {
-    let mut cmd: String = command
+    holder_with(command, None)
+}
+
+/// The metadata with the holder's own `reason` (`--reason`, `DLOCK_REASON`) and, under CI,
+/// the job that took the lease, so whoever waits can tell why and who.
+pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> String {
+    let cmd: String = command
         .iter()
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    if cmd.len() > MAX_COMMAND {
-        let mut end = MAX_COMMAND;
-        while !cmd.is_char_boundary(end) {
-            end -= 1;
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    let ci = ci_job();
+    let build = |cmd_cap: usize, reason_cap: usize, ci_cap: usize| {
+        let mut value = json!({
+            "host": crate::sys::hostname(),
+            "pid": crate::sys::pid(),
+            // For `lock`, dlock itself exits at once: the caller (a script) is the real holder.
+            "ppid": std::os::unix::process::parent_id(),
+            "user": crate::sys::username(),
+            "command": cut(&cmd, cmd_cap),
+            "acquired_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            "version": env!("CARGO_PKG_VERSION"),
+        });
+        if let Some(r) = reason {
+            value["reason"] = json!(cut(r, reason_cap));
         }
-        cmd.truncate(end);
-        cmd.push('…');
+        if let Some(c) = ci.as_deref().filter(|_| ci_cap > 0) {
+            value["ci"] = json!(cut(c, ci_cap));
+        }
+        value.to_string()
+    };
+    // JSON escaping can make text several times longer than it is (control characters become
+    // \u00XX): shorten the command first, then the job and the reason, until it fits.
+    for (c, r, j) in [
+        (MAX_COMMAND, MAX_REASON, MAX_CI),
+        (64, MAX_REASON, MAX_CI),
+        (64, 64, 128),
+        (0, 32, 0),
+    ] {
+        let text = build(c, r, j);
+        if text.len() <= MAX_META {
+            return text;
+        }
     }
-    let value = json!({
-        "host": crate::sys::hostname(),
-        "pid": crate::sys::pid(),
-        // For `lock`, dlock itself exits at once: the caller (a script) is the real holder.
-        "ppid": std::os::unix::process::parent_id(),
-        "user": crate::sys::username(),
-        "command": cmd,
-        "acquired_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        "version": env!("CARGO_PKG_VERSION"),
-    });
-    let text = value.to_string();
-    if text.len() <= MAX_META {
-        text
-    } else {
-        // Only a pathological host or user name gets here; keep the pid and version at least.
-        json!({ "pid": crate::sys::pid(), "version": env!("CARGO_PKG_VERSION") }).to_string()
+    // Only a pathological host or user name gets here; keep the pid and version at least.
+    json!({ "pid": crate::sys::pid(), "version": env!("CARGO_PKG_VERSION") }).to_string()
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, marked with '…' when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
     }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The CI job this process runs in, from the variables each CI system sets: a URL a person
+/// can open to see who holds the lock and why.
+pub fn ci_job() -> Option<String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    if let (Some(server), Some(repo), Some(run)) = (
+        var("GITHUB_SERVER_URL"),
+        var("GITHUB_REPOSITORY"),
+        var("GITHUB_RUN_ID"),
+    ) {
+        return Some(format!("{server}/{repo}/actions/runs/{run}"));
+    }
+    // Jenkins' BUILD_URL is the most generic name, so it is looked at last.
+    var("CI_JOB_URL")
+        .or_else(|| var("BUILDKITE_BUILD_URL"))
+        .or_else(|| var("BUILD_URL"))
+}
+
+/// A string from a holder's metadata (or any user-supplied text) fit for a terminal: control
+/// characters are shown as escapes, so a name or a reason cannot rewrite the user's screen.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A string field of the metadata, if present and not empty.
+pub fn field<'a>(meta: &'a Value, key: &str) -> Option<&'a str> {
+    meta.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// How long the holder has held the lease, by its `acquired_at` and this host's clock
+/// (None when unknown, or when the two clocks disagree so much that it would be negative).
+pub fn held_for(meta: &Value) -> Option<std::time::Duration> {
+    let since = humantime::parse_rfc3339_weak(field(meta, "acquired_at")?).ok()?;
+    std::time::SystemTime::now().duration_since(since).ok()
+}
+
+/// A duration as people read it on one line: 41s, 3m12s, 2h05m.
+pub fn compact(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The owner as people name machines and jobs: `alice@ci-7 pid 4242 (make deploy) for 3m12s,
+/// reason: release 1.4, ci: URL`, every stored string escaped.
+pub fn summary(meta: &Value) -> String {
+    let s = |k: &str| printable(field(meta, k).unwrap_or("?"));
+    let mut text = format!(
+        "{}@{} pid {}",
+        s("user"),
+        s("host"),
+        meta.get("pid").map_or("?".into(), |p| p.to_string())
+    );
+    if let Some(cmd) = field(meta, "command") {
+        text.push_str(&format!(" ({})", printable(&cut(cmd, 60))));
+    }
+    if let Some(d) = held_for(meta) {
+        text.push_str(&format!(" for {}", compact(d)));
+    }
+    if let Some(r) = field(meta, "reason") {
+        text.push_str(&format!(", reason: {}", printable(r)));
+    }
+    if let Some(c) = field(meta, "ci") {
+        text.push_str(&format!(", ci: {}", printable(c)));
+    }
+    text
 }
 
 /// Parse stored metadata, tolerating what other versions may have written.
@@ -58,5 +172,35 @@ mod tests {
         assert!(m.len() <= MAX_META);
         let huge = holder(&["x".repeat(100_000).into()]);
         assert!(huge.len() <= MAX_META);
+    }
+
+    #[test]
+    fn shown_text_has_no_control_characters() {
+        assert_eq!(printable("a\x1b[2Jb\r\x07"), "a\\u{1b}[2Jb\\r\\u{7}");
+        assert_eq!(printable("déjà vu"), "déjà vu");
+        let m = parse(&holder_with(&["make".into()], Some("fix\x1b]0;x")));
+        let s = summary(&m);
+        assert!(!s.chars().any(char::is_control), "{s}");
+        assert!(s.contains("(make) for "), "{s}");
+        assert!(s.contains(", reason: fix\\u{1b}]0;x"), "{s}");
+        assert_eq!(compact(std::time::Duration::from_secs(192)), "3m12s");
+        assert_eq!(compact(std::time::Duration::from_secs(7500)), "2h05m");
+    }
+
+    #[test]
+    fn a_reason_is_kept_and_cut_to_fit() {
+        let v = parse(&holder_with(&["make".into()], Some("deploy v1.2")));
+        assert_eq!(v["reason"], "deploy v1.2");
+        let long = "é".repeat(1000);
+        let m = holder_with(&["make".into()], Some(&long));
+        assert!(m.len() <= MAX_META);
+        let r = parse(&m)["reason"].as_str().unwrap().to_string();
+        assert!(r.len() <= MAX_REASON && r.ends_with('…'), "{r}");
+        // Escaping makes control characters six times longer; it still fits.
+        let nasty = "\x1b".repeat(1000);
+        let m = holder_with(&[nasty.clone().into()], Some(&nasty));
+        assert!(m.len() <= MAX_META, "{}", m.len());
+        assert!(parse(&m)["reason"].is_string());
+        assert!(parse(&holder_with(&[], Some("  "))).get("reason").is_none());
     }
 }
