@@ -176,6 +176,15 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
         {
             out.line(&format!("            command: {cmd}"));
         }
+        if let Some(reason) = crate::meta::field(&h.meta, "reason") {
+            out.line(&format!(
+                "            reason: {}",
+                crate::meta::printable(reason)
+            ));
+        }
+        if let Some(ci) = crate::meta::field(&h.meta, "ci") {
+            out.line(&format!("            ci: {}", crate::meta::printable(ci)));
+        }
     }
     out.line(&format!("  fence     {}", merged.fence));
     out.line(&format!("  previous  {}", merged.previous.as_str()));

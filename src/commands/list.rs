@@ -10,7 +10,20 @@ use crate::app::Ctx;
 use crate::cli::ListArgs;
 use crate::engine::EngineError;
 use crate::exit::Result;
+use crate::meta::{field, printable};
 use crate::store::LockState;
+
+/// `  reason: TEXT  ci: URL`, escaped, for a holder that gave them.
+fn why(meta: &serde_json::Value) -> String {
+    let mut s = String::new();
+    if let Some(r) = field(meta, "reason") {
+        s.push_str(&format!("  reason: {}", printable(r)));
+    }
+    if let Some(c) = field(meta, "ci") {
+        s.push_str(&format!("  ci: {}", printable(c)));
+    }
+    s
+}
 
 pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
     let results = ctx.engine.list(&args.prefix).await;
@@ -65,6 +78,7 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
         "{:width$}  {:<9}  {:>7}  {:>6}  {:>9}  OWNER",
         "NAME", "MODE", "HOLDERS", "FENCE", "EXPIRES"
     ));
+    // The reason and the CI job follow the owner, each only when the holder gave one.
     for (name, m) in rows {
         let first = &m.holders[0].holder;
         ctx.out.line(&format!(
@@ -79,7 +93,7 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
                     .max()
                     .unwrap_or(0)
             ),
-            who(first)
+            who(first) + &why(&first.meta)
         ));
     }
     Ok(0)

@@ -3,13 +3,23 @@
 use serde_json::json;
 
 use super::engine_error;
+use super::inspect::{QuorumHolder, merge};
 use crate::app::Ctx;
 use crate::cli::UnlockArgs;
 use crate::engine::EngineError;
 use crate::exit::{Error, Result};
+use crate::meta;
+use crate::store::LockState;
 
 pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
     let names = vec![args.name.clone()];
+    // Whoever --force is about to break, read just before: the person breaking a lock (and
+    // the one whose lock it was) should learn whose work was cut short, and since when.
+    let broken = if args.force {
+        holders(ctx, &args.name).await
+    } else {
+        Vec::new()
+    };
     let tally = match &args.token {
         Some(token) => ctx.engine.release(&names, token).await,
         None => ctx.engine.force_release(&names).await,
@@ -25,13 +35,51 @@ pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
         }
         Err(e) => return Err(engine_error(e)),
     };
+    let broken: Vec<&QuorumHolder> = if released {
+        broken.iter().collect()
+    } else {
+        Vec::new()
+    };
+    for q in &broken {
+        let h = &q.holder;
+        ctx.out.warn(&format!(
+            "broke {}: it was held by {} ({}, fence {}, owner {})",
+            meta::printable(&args.name),
+            meta::summary(&h.meta),
+            h.mode,
+            h.fence,
+            h.owner
+        ));
+    }
     if ctx.out.json {
-        ctx.out
-            .json_value(&json!({ "name": args.name, "released": released }));
+        let broken: Vec<_> = broken
+            .iter()
+            .map(|q| {
+                let mut v = serde_json::to_value(q).unwrap_or_default();
+                v["held_for_ms"] =
+                    json!(meta::held_for(&q.holder.meta).map(|d| d.as_millis() as u64));
+                v
+            })
+            .collect();
+        let mut v = json!({ "name": args.name, "released": released });
+        if args.force {
+            v["broken"] = json!(broken);
+        }
+        ctx.out.json_value(&v);
     } else if released {
         ctx.out.notice(&format!("released {}", args.name));
     } else {
         ctx.out.notice(&format!("{} was not held", args.name));
     }
     Ok(0)
+}
+
+/// Every holder any store reports for `name` (a failed read only means less to report).
+async fn holders(ctx: &Ctx, name: &str) -> Vec<QuorumHolder> {
+    let results = ctx.engine.inspect(name).await;
+    let answered: Vec<&LockState> = results
+        .iter()
+        .filter_map(|(_, r, _)| r.as_ref().ok())
+        .collect();
+    merge(&answered, 1).holders
 }
