@@ -92,6 +92,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// List the locks that are held
     List(ListArgs),
+    /// Wait until a lock is free, without taking it
+    Wait(WaitArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -129,6 +131,21 @@ pub struct ModeArgs {
     pub limit: Option<u32>,
 }
 
+/// What a holder tells others about itself, and where it reports what happens to its lease.
+#[derive(Args, Debug, Clone)]
+pub struct HolderArgs {
+    /// Why the lock is taken; shown to whoever waits for it, by `inspect` and `list`
+    /// (at most 200 bytes are kept)
+    #[arg(long, value_name = "TEXT", env = "DLOCK_REASON")]
+    pub reason: Option<String>,
+
+    /// Append one JSON object per line for each event of the lease (waiting, acquired,
+    /// renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and
+    /// `multilock -- CMD` only, where dlock prints no result of its own)
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
+}
+
 /// How a supervised command is stopped when its lease is being lost.
 #[derive(Args, Debug, Clone)]
 pub struct SuperviseArgs {
@@ -146,6 +163,8 @@ pub struct LockArgs {
     pub acquire: AcquireArgs,
     #[command(flatten)]
     pub mode: ModeArgs,
+    #[command(flatten)]
+    pub holder: HolderArgs,
 }
 
 #[derive(Args, Debug)]
@@ -186,6 +205,8 @@ pub struct RunArgs {
     pub mode: ModeArgs,
     #[command(flatten)]
     pub supervise: SuperviseArgs,
+    #[command(flatten)]
+    pub holder: HolderArgs,
     /// Command to run, after `--`
     #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true,
           allow_hyphen_values = true)]
@@ -201,9 +222,27 @@ pub struct MultilockArgs {
     pub acquire: AcquireArgs,
     #[command(flatten)]
     pub supervise: SuperviseArgs,
+    #[command(flatten)]
+    pub holder: HolderArgs,
     /// Command to run while all locks are held; without it the token is printed
     #[arg(value_name = "CMD", last = true)]
     pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct WaitArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+
+    /// Wait at most this long for the lock to be free (default: forever)
+    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "DUR",
+          value_parser = parse_wait)]
+    pub wait: Option<Duration>,
+
+    /// Exit code when the lock is still held at the end of the wait (default 75)
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "CODE")]
+    pub conflict_exit_code: Option<u8>,
 }
 
 #[derive(Args, Debug)]

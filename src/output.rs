@@ -96,6 +96,25 @@ impl Output {
         }
     }
 
+    /// Whether a live line may be drawn in place on stderr: a terminal, not -q, not --json.
+    pub fn live_line(&self) -> bool {
+        self.err_tty && self.verbosity >= 0 && !self.json
+    }
+
+    pub fn verbose(&self) -> bool {
+        self.verbosity > 0
+    }
+
+    pub fn color_stderr(&self) -> bool {
+        self.color_err
+    }
+
+    /// Text as is on stderr, without a newline: the live waiting line redraws itself with it.
+    pub fn raw_err(&self, text: &str) {
+        let mut err = io::stderr().lock();
+        let _ = err.write_all(text.as_bytes()).and_then(|_| err.flush());
+    }
+
     /// Detail for -v.
     pub fn debug(&self, msg: &str) {
         if self.verbosity > 0 {

@@ -2,21 +2,25 @@
 
 use serde_json::json;
 
-use super::{acquire, millis, mode, request};
+use super::{acquire_with, holder_request, millis, mode};
 use crate::app::Ctx;
 use crate::cli::LockArgs;
 use crate::engine::{Lease, previous};
+use crate::events::Events;
 use crate::exit::Result;
 
 pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
-    let req = request(
+    let req = holder_request(
         vec![args.name],
         mode(&args.mode),
         args.acquire.ttl,
         &[],
         true,
+        &args.holder,
     );
-    let lease = acquire(ctx, &req, &args.acquire).await?;
+    // The token is the result on stdout: events go to a file only.
+    let events = Events::open(args.holder.events.as_deref(), false)?;
+    let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
     print_token(ctx, &lease);
     Ok(0)
 }

@@ -9,16 +9,21 @@ pub mod lock;
 pub mod multilock;
 pub mod run;
 pub mod unlock;
+pub mod wait;
 
 use std::ffi::OsString;
 use std::time::Duration;
 
+use serde_json::json;
+
 use crate::app::Ctx;
-use crate::cli::{AcquireArgs, Command, ModeArgs};
-use crate::engine::{EngineError, Lease, Wait};
+use crate::cli::{AcquireArgs, Command, HolderArgs, ModeArgs};
+use crate::engine::{EngineError, Lease, Wait, previous};
+use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
 use crate::store::{Acquire, Mode};
 use crate::supervisor::signals::{STOPPING, Signals};
+use crate::waiting::{Outcome, Waiting};
 
 pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
     match command {
@@ -29,6 +34,7 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
         Command::Multilock(a) => multilock::run(a, ctx).await,
         Command::Inspect(a) => inspect::run(a, ctx).await,
         Command::List(a) => list::run(a, ctx).await,
+        Command::Wait(a) => wait::run(a, ctx).await,
         Command::Completions(a) => {
             completions::run(&a, &ctx.out);
             Ok(0)
@@ -64,9 +70,33 @@ pub fn request(
     }
 }
 
+/// `request`, with what the holder says of itself (`--reason`, the CI job) in its metadata.
+pub fn holder_request(
+    names: Vec<String>,
+    mode: Mode,
+    ttl: Duration,
+    command: &[OsString],
+    detached: bool,
+    holder: &HolderArgs,
+) -> Acquire {
+    let mut req = request(names, mode, ttl, command, detached);
+    req.meta = crate::meta::holder_with(command, holder.reason.as_deref());
+    req
+}
+
 /// Take the lease as `args` says; a stopping signal while waiting withdraws the request (so
 /// nothing is left queued) and exits 128+N.
 pub async fn acquire(ctx: &Ctx, req: &Acquire, args: &AcquireArgs) -> Result<Lease> {
+    acquire_with(ctx, req, args, &Events::default()).await
+}
+
+/// `acquire` with the waiting line on stderr and the `waiting` and `acquired` events.
+pub async fn acquire_with(
+    ctx: &Ctx,
+    req: &Acquire,
+    args: &AcquireArgs,
+    events: &Events,
+) -> Result<Lease> {
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Wait::No,
         (false, Some(d)) => Wait::For(d),
@@ -74,25 +104,60 @@ pub async fn acquire(ctx: &Ctx, req: &Acquire, args: &AcquireArgs) -> Result<Lea
     };
     let mut signals = Signals::catch(&STOPPING)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
-    let what = req.names.join(", ");
-    tokio::select! {
-        r = ctx.engine.acquire(req, wait) => r.map_err(|e| match e {
-            EngineError::NotAcquired => {
-                let code = args.conflict_exit_code.map_or(ExitCode::NotAcquired, |c| ExitCode::Raw(c.into()));
-                let msg = match (args.no_wait, args.wait) {
-                    _ if args.conflict_exit_code == Some(0) => String::new(),
-                    (false, Some(w)) => format!("gave up waiting for {what} after {}: it is still held", humantime::format_duration(w)),
-                    _ => format!("{what} is held by someone else; not acquired"),
-                };
-                Error::new(code, msg)
-            }
-            other => engine_error(other),
-        }),
-        sig = signals.recv() => {
+    let (busy, busy_seen) = tokio::sync::watch::channel(0u32);
+    let mut waiting = Waiting::new(&ctx.out, &ctx.engine, &req.names, Some(&req.token), events);
+    let ended = tokio::select! {
+        r = ctx.engine.acquire_reporting(req, wait, Some(&busy)) => Ok(r),
+        sig = signals.recv() => Err(sig),
+        never = waiting.follow(busy_seen) => match never {},
+    };
+    let r = match ended {
+        Ok(r) => r,
+        Err(sig) => {
+            waiting.finish(Outcome::Interrupted);
             ctx.engine.release(&req.names, &req.token).await;
-            Err(Error::new(ExitCode::Raw(128 + sig), ""))
+            return Err(Error::new(ExitCode::Raw(128 + sig), ""));
         }
+    };
+    waiting.finish(if r.is_ok() {
+        Outcome::Acquired
+    } else {
+        Outcome::GaveUp
+    });
+    if let Ok(lease) = &r {
+        let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
+        events.emit(
+            "acquired",
+            &req.names,
+            events::with(
+                events::fences(&fences),
+                json!({
+                    "previous": previous(lease).as_str(),
+                    "mode": req.mode,
+                    "ttl_ms": millis(req.ttl),
+                    "waited_ms": waiting.waited().map_or(0, millis),
+                }),
+            ),
+        );
     }
+    let what = req.names.join(", ");
+    r.map_err(|e| match e {
+        EngineError::NotAcquired => {
+            let code = args
+                .conflict_exit_code
+                .map_or(ExitCode::NotAcquired, |c| ExitCode::Raw(c.into()));
+            let msg = match (args.no_wait, args.wait) {
+                _ if args.conflict_exit_code == Some(0) => String::new(),
+                (false, Some(w)) => format!(
+                    "gave up waiting for {what} after {}: it is still held",
+                    humantime::format_duration(w)
+                ),
+                _ => format!("{what} is held by someone else; not acquired"),
+            };
+            Error::new(code, msg)
+        }
+        other => engine_error(other),
+    })
 }
 
 /// The pinned exit code for an engine outcome.

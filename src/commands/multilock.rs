@@ -1,27 +1,31 @@
 //! `dlock multilock`: several locks, all or none, in one canonical order, so two jobs that
 //! need overlapping sets can never deadlock; then run a command or print the token.
 
-use super::{acquire, request};
+use super::{acquire_with, holder_request};
 use crate::app::Ctx;
 use crate::cli::MultilockArgs;
+use crate::events::Events;
 use crate::exit::Result;
 use crate::store::Mode;
 use crate::supervisor;
 
 pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     let detached = args.command.is_empty();
-    let req = request(
+    let req = holder_request(
         args.names,
         Mode::Exclusive,
         args.acquire.ttl,
         &args.command,
         detached,
+        &args.holder,
     );
     let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
-    let lease = acquire(ctx, &req, &args.acquire).await?;
+    // Without a command the token is the result on stdout, so `--events -` may not use it.
+    let events = Events::open(args.holder.events.as_deref(), !detached)?;
+    let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
     if detached {
         super::lock::print_token(ctx, &lease);
         return Ok(0);
     }
-    supervisor::supervise(ctx, lease, &args.command, grace).await
+    supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
 }

@@ -217,6 +217,18 @@ impl Engine {
 
     /// Take the lease for all of `req.names`, waiting as `wait` allows.
     pub async fn acquire(&self, req: &Acquire, wait: Wait) -> Result<Lease, EngineError> {
+        self.acquire_reporting(req, wait, None).await
+    }
+
+    /// `acquire`, counting up `busy` each time an attempt finds the lock busy and the engine
+    /// is about to wait: what the waiting line and the `waiting` event follow. It changes
+    /// nothing in how the engine waits.
+    pub async fn acquire_reporting(
+        &self,
+        req: &Acquire,
+        wait: Wait,
+        report_busy: Option<&tokio::sync::watch::Sender<u32>>,
+    ) -> Result<Lease, EngineError> {
         let need = self.majority();
         let give_up_at = match wait {
             Wait::For(d) => Some(Instant::now() + d),
@@ -296,6 +308,9 @@ impl Engine {
                 }
                 return Err(EngineError::NotAcquired);
             }
+            if let Some(b) = report_busy {
+                b.send_modify(|n| *n = n.wrapping_add(1));
+            }
             let Some(ls) = listeners.as_mut() else {
                 // Listen before the next (queued) attempt, so no release slips between them.
                 let opened = self.fan_out(&self.all(), |s| s.listen(req)).await;
@@ -361,6 +376,76 @@ impl Engine {
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
         self.fan_out(idx, |s| s.release(&req.names, &req.token))
             .await;
+    }
+
+    /// Until `name` is free on a majority of stores (no live holder of any mode), without
+    /// taking it or joining its queue: `dlock wait`. Woken by the stores' listeners where they
+    /// tell a watcher that holds no queue entry (the file store's inotify), and otherwise by
+    /// a bounded poll (`MAX_POLL`, or the holders' expiry if sooner). `busy` counts the reads
+    /// that found it held, as for `acquire_reporting`.
+    pub async fn wait_free(
+        &self,
+        name: &str,
+        wait: Wait,
+        busy: Option<&tokio::sync::watch::Sender<u32>>,
+    ) -> Result<(), EngineError> {
+        let need = self.majority();
+        let give_up_at = match wait {
+            Wait::For(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        // Listeners are opened for a request; this one is never sent as an attempt.
+        let probe = Acquire {
+            names: vec![name.to_string()],
+            token: crate::names::new_token(),
+            mode: store::Mode::Exclusive,
+            ttl: Duration::from_secs(30),
+            meta: String::new(),
+            detached: false,
+        };
+        let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
+        loop {
+            let results = self.fan_out(&self.all(), |s| s.inspect(name)).await;
+            let (mut free, mut held, mut errors) = (0, 0, Vec::new());
+            let mut retry_after: Option<Duration> = None;
+            for (_, r) in results {
+                match r {
+                    Ok(st) if st.holders.is_empty() => free += 1,
+                    Ok(st) => {
+                        held += 1;
+                        // Free on this store when its last holder's lease runs out.
+                        let left = st.holders.iter().map(|h| h.ttl_left_ms).max().unwrap_or(0);
+                        let left = Duration::from_millis(left + 1);
+                        retry_after = Some(retry_after.map_or(left, |r: Duration| r.min(left)));
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            if free >= need {
+                return Ok(());
+            }
+            if free + held < need {
+                return Err(unreachable(errors, self.stores.len(), need));
+            }
+            let now = Instant::now();
+            if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
+                return Err(EngineError::NotAcquired);
+            }
+            if let Some(b) = busy {
+                b.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            let Some(ls) = listeners.as_mut() else {
+                // Listen before reading again, so no release slips between the two.
+                let opened = self.fan_out(&self.all(), |s| s.listen(&probe)).await;
+                listeners = Some(opened.into_iter().filter_map(|(_, r)| r.ok()).collect());
+                continue;
+            };
+            let mut pause = retry_after.map_or(MAX_POLL, |r| r.min(MAX_POLL));
+            if let Some(g) = give_up_at {
+                pause = pause.min(g - now);
+            }
+            wait_any(ls, pause).await;
+        }
     }
 
     /// Renew a held lease. Ok: the deadline moved. Err(Lost): a majority can no longer hold

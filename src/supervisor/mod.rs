@@ -14,12 +14,14 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
 use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::app::Ctx;
 use crate::engine::{Engine, EngineError, Lease, previous, timing};
+use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
 use crate::sys;
@@ -56,7 +58,26 @@ pub async fn supervise(
     command: &[OsString],
     grace: Duration,
 ) -> Result<i32> {
+    supervise_with(ctx, lease, command, grace, &Events::default()).await
+}
+
+/// `supervise`, reporting renewals, their failures, a loss and the release to `events`.
+pub async fn supervise_with(
+    ctx: &Ctx,
+    lease: Lease,
+    command: &[OsString],
+    grace: Duration,
+    events: &Events,
+) -> Result<i32> {
     let out = &ctx.out;
+    let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
+    let lost_event = |why: &str| {
+        events.emit(
+            "lost",
+            &lease.req.names,
+            events::with(events::fences(&fences), json!({ "reason": why })),
+        )
+    };
     // Catch the forwarded signals before the child exists, so none is lost in between.
     let mut signals = Signals::catch(&FORWARDED)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
@@ -93,7 +114,12 @@ pub async fn supervise(
         lost: None,
         trouble: None,
     });
-    let renewer = tokio::spawn(keep_alive(ctx.engine.clone(), lease.clone(), tx));
+    let renewer = tokio::spawn(keep_alive(
+        ctx.engine.clone(),
+        lease.clone(),
+        tx,
+        events.clone(),
+    ));
     let mut pushed = lease.deadline;
 
     let mut term_sent = false;
@@ -113,6 +139,7 @@ pub async fn supervise(
         if let Some(why) = &health.lost {
             if lost.is_none() {
                 lost = Some(why.clone());
+                lost_event(why);
                 out.error(&format!("{why}; stopping the command"));
                 let _ = sys::kill_group(pgid, libc::SIGTERM);
                 if let Some(d) = &dog {
@@ -138,6 +165,9 @@ pub async fn supervise(
                     health.trouble.as_deref().map(|t| format!(" ({t})")).unwrap_or_default()
                 );
                 out.error(&format!("{why}; sending SIGTERM to the command"));
+                if lost.is_none() {
+                    lost_event(&why);
+                }
                 let _ = sys::kill_group(pgid, libc::SIGTERM);
                 if let Some(d) = &dog {
                     d.terminated();
@@ -163,6 +193,7 @@ pub async fn supervise(
             lease.req.names.join(", ")
         );
         out.error(&why);
+        lost_event(&why);
         lost = Some(why);
     }
     if lost.is_some() {
@@ -195,11 +226,24 @@ pub async fn supervise(
         return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
     }
     let status = status.map_err(|e| Error::failure(format!("cannot wait for the command: {e}")))?;
-    Ok(match (status.code(), status.signal()) {
+    let code = match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         _ => 1,
-    })
+    };
+    events.emit(
+        "released",
+        &lease.req.names,
+        events::with(
+            events::fences(&fences),
+            json!({
+                "exit_code": code,
+                // false: no majority confirmed the release; the lease runs out by its ttl.
+                "confirmed": tally.yes >= ctx.engine.majority(),
+            }),
+        ),
+    );
+    Ok(code)
 }
 
 fn spawn(
@@ -248,8 +292,14 @@ fn spawn(
 
 /// Renew every ttl/3 (jittered); after a failed renewal try again sooner, for as long as the
 /// lease may still be saved. Ends after reporting a definite loss.
-async fn keep_alive(engine: Arc<Engine>, mut lease: Lease, tx: watch::Sender<Health>) {
+async fn keep_alive(
+    engine: Arc<Engine>,
+    mut lease: Lease,
+    tx: watch::Sender<Health>,
+    events: Events,
+) {
     let ttl = lease.req.ttl;
+    let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
     let mut pause = timing::jitter(timing::renew_period(ttl), 0.1);
     loop {
         sleep(pause).await;
@@ -260,6 +310,14 @@ async fn keep_alive(engine: Arc<Engine>, mut lease: Lease, tx: watch::Sender<Hea
                     lost: None,
                     trouble: None,
                 });
+                events.emit(
+                    "renewed",
+                    &lease.req.names,
+                    events::with(
+                        events::fences(&fences),
+                        json!({ "ttl_ms": ttl.as_millis() as u64 }),
+                    ),
+                );
                 pause = timing::jitter(timing::renew_period(ttl), 0.1);
             }
             Err(EngineError::Lost(why)) => {
@@ -272,6 +330,15 @@ async fn keep_alive(engine: Arc<Engine>, mut lease: Lease, tx: watch::Sender<Hea
                 return;
             }
             Err(e) => {
+                let left = lease.deadline.saturating_duration_since(Instant::now());
+                events.emit(
+                    "renew-failed",
+                    &lease.req.names,
+                    events::with(
+                        events::fences(&fences),
+                        json!({ "error": e.to_string(), "lease_left_ms": left.as_millis() as u64 }),
+                    ),
+                );
                 tx.send_modify(|h| h.trouble = Some(e.to_string()));
                 pause = timing::jitter(ttl / 10, 0.2);
             }

@@ -1,0 +1,303 @@
+//! What the person waiting for a lock sees: a live line on a terminal, redrawn in place about
+//! once a second (issue 17), plain lines with `-v` elsewhere, and the `waiting` event.
+//!
+//! The line never changes how the engine waits: the engine is still woken by the store's
+//! notifications, and only reports here that an attempt found the lock busy. The holder is
+//! read with `inspect` when waiting starts and then at most every `REFRESH_MIN` (when the
+//! engine has seen the lock busy since) or every `REFRESH_MAX`; between reads the clocks on
+//! the line (held for, expires in, waited) tick locally.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use colored::Colorize;
+use futures_util::future::join_all;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
+
+use crate::commands::inspect::{QuorumHolder, merge};
+use crate::engine::Engine;
+use crate::events::Events;
+use crate::meta::{self, compact, printable};
+use crate::output::Output;
+use crate::store::{LockState, Waiter};
+
+/// Fewest seconds between two reads of the holder, however often the engine finds it busy.
+const REFRESH_MIN: Duration = Duration::from_secs(3);
+/// Most seconds between two reads, so a changed holder shows even without a busy report.
+const REFRESH_MAX: Duration = Duration::from_secs(15);
+/// How long one read of the holder may take: the line is a courtesy, never a reason to wait.
+const READ_LIMIT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Display {
+    /// Redrawn in place on a terminal.
+    Live,
+    /// `-v` without a terminal: one line when waiting starts, one when it ends.
+    Plain,
+    Off,
+}
+
+/// How the wait ended, for the line that replaces the live one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Acquired,
+    /// `dlock wait`: the lock is free.
+    Free,
+    GaveUp,
+    Interrupted,
+}
+
+/// The holder as last read.
+struct Seen {
+    at: Instant,
+    /// The name that was found held (for `multilock`, the first busy one).
+    name: String,
+    holders: Vec<QuorumHolder>,
+    waiters: Vec<Waiter>,
+}
+
+pub struct Waiting<'a> {
+    out: &'a Output,
+    engine: &'a Engine,
+    names: &'a [String],
+    /// Our own token, to count the waiters ahead of us where the store keeps a queue.
+    token: Option<&'a str>,
+    events: &'a Events,
+    display: Display,
+    started: Option<Instant>,
+    /// Whether the live line is on the screen now (and must be cleared).
+    drawn: bool,
+    seen: Option<Seen>,
+}
+
+impl<'a> Waiting<'a> {
+    pub fn new(
+        out: &'a Output,
+        engine: &'a Engine,
+        names: &'a [String],
+        token: Option<&'a str>,
+        events: &'a Events,
+    ) -> Waiting<'a> {
+        let display = if out.live_line() {
+            Display::Live
+        } else if out.verbose() {
+            Display::Plain
+        } else {
+            Display::Off
+        };
+        Waiting {
+            out,
+            engine,
+            names,
+            token,
+            events,
+            display,
+            started: None,
+            drawn: false,
+            seen: None,
+        }
+    }
+
+    /// How long it has waited so far (None: it never had to).
+    pub fn waited(&self) -> Option<Duration> {
+        self.started.map(|s| s.elapsed())
+    }
+
+    /// Show the wait from the engine's first busy report on; `busy` counts those reports.
+    /// Never ends: the caller drops it when the wait is over, then calls `finish`.
+    pub async fn follow(&mut self, mut busy: watch::Receiver<u32>) -> Infallible {
+        if busy.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        self.started = Some(Instant::now());
+        if self.display == Display::Off && !self.events.is_on() {
+            // Nothing to show and nobody to tell: no reads of the holder either.
+            return std::future::pending().await;
+        }
+        self.refresh().await;
+        let (main, _) = self.describe();
+        let holder = self.seen.as_ref().and_then(|s| s.holders.first());
+        self.events.emit(
+            "waiting",
+            self.names,
+            json!({
+                "held_by": holder.map(|h| meta::summary(&h.holder.meta)),
+                "reason": holder.and_then(|h| meta::field(&h.holder.meta, "reason")),
+                "ci": holder.and_then(|h| meta::field(&h.holder.meta, "ci")),
+            }),
+        );
+        match self.display {
+            Display::Live => self.draw(),
+            Display::Plain => self.out.debug(&main),
+            Display::Off => {}
+        }
+        if self.display != Display::Live {
+            return std::future::pending().await;
+        }
+        let mut tick = interval_at(
+            Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut read_at = Instant::now();
+        let mut busy_since = false;
+        let mut closed = false;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                r = busy.changed(), if !closed => {
+                    closed = r.is_err();
+                    busy_since = !closed;
+                    continue;
+                }
+            }
+            let age = read_at.elapsed();
+            if (busy_since && age >= REFRESH_MIN) || age >= REFRESH_MAX {
+                self.refresh().await;
+                read_at = Instant::now();
+                busy_since = false;
+            }
+            self.draw();
+        }
+    }
+
+    /// Clear the live line; with `-v`, say how long it waited.
+    pub fn finish(&mut self, outcome: Outcome) {
+        if self.drawn {
+            self.out.raw_err("\r\x1b[2K");
+            self.drawn = false;
+        }
+        let Some(waited) = self.waited() else { return };
+        if self.display == Display::Off || !self.out.verbose() {
+            return;
+        }
+        let what = printable(&self.names.join(", "));
+        let waited = compact(waited);
+        match outcome {
+            Outcome::Acquired => self
+                .out
+                .debug(&format!("acquired {what} after waiting {waited}")),
+            Outcome::Free => self
+                .out
+                .debug(&format!("{what} is free after waiting {waited}")),
+            Outcome::GaveUp => self
+                .out
+                .debug(&format!("stopped waiting for {what} after {waited}")),
+            Outcome::Interrupted => {}
+        }
+    }
+
+    /// Read who holds the first busy name, from every store at once, within `READ_LIMIT`.
+    async fn refresh(&mut self) {
+        for name in self.names {
+            let reads = join_all(
+                self.engine
+                    .stores()
+                    .iter()
+                    .map(|s| timeout(READ_LIMIT, s.inspect(name))),
+            )
+            .await;
+            let states: Vec<LockState> = reads.into_iter().filter_map(|r| r.ok()?.ok()).collect();
+            let refs: Vec<&LockState> = states.iter().collect();
+            // Show a holder a minority of stores report too: a person wants to know of it.
+            let merged = merge(&refs, 1);
+            if !merged.holders.is_empty() || name == self.names.last().unwrap_or(name) {
+                self.seen = Some(Seen {
+                    at: Instant::now(),
+                    name: name.clone(),
+                    holders: merged.holders,
+                    waiters: merged.waiters,
+                });
+                return;
+            }
+        }
+    }
+
+    /// The line, as the text before the waited time and the waited time itself.
+    fn describe(&self) -> (String, String) {
+        let waited = format!(" · waited {}", compact(self.waited().unwrap_or_default()));
+        let Some(seen) = &self.seen else {
+            return (
+                format!("waiting for {}", printable(&self.names.join(", "))),
+                waited,
+            );
+        };
+        let mut line = format!("waiting for {}", printable(&seen.name));
+        let mut why = String::new();
+        if let Some(first) = seen.holders.first() {
+            let m = &first.holder.meta;
+            let s = |k: &str| printable(meta::field(m, k).unwrap_or("?"));
+            line.push_str(&format!(
+                ": held by {}@{} pid {}",
+                s("user"),
+                s("host"),
+                m.get("pid").map_or("?".into(), |p| p.to_string())
+            ));
+            if let Some(cmd) = meta::field(m, "command") {
+                let mut cmd = printable(cmd);
+                if cmd.chars().count() > 40 {
+                    cmd = cmd.chars().take(39).chain(['…']).collect();
+                }
+                line.push_str(&format!(" ({cmd})"));
+            }
+            if seen.holders.len() > 1 {
+                line.push_str(&format!(" and {} more", seen.holders.len() - 1));
+            }
+            if let Some(d) = meta::held_for(m) {
+                line.push_str(&format!(" for {}", compact(d)));
+            }
+            let left = seen
+                .holders
+                .iter()
+                .map(|q| q.holder.ttl_left_ms)
+                .max()
+                .unwrap_or(0);
+            let left = Duration::from_millis(left).saturating_sub(seen.at.elapsed());
+            line.push_str(&format!(", expires in {}", compact(left)));
+            // Last before the waited time: the longest parts, cut first on a narrow terminal.
+            if let Some(r) = meta::field(m, "reason") {
+                why.push_str(&format!(", reason: {}", printable(r)));
+            }
+            if let Some(c) = meta::field(m, "ci") {
+                why.push_str(&format!(", ci: {}", printable(c)));
+            }
+        }
+        let mine = self.token.and_then(|t| {
+            seen.waiters
+                .iter()
+                .position(|w| !w.owner.is_empty() && t.starts_with(&w.owner))
+        });
+        match (mine, seen.waiters.len()) {
+            (Some(0), _) => line.push_str(", next in line"),
+            (Some(n), _) => line.push_str(&format!(", {n} ahead of you")),
+            (None, 0) => {}
+            (None, n) => line.push_str(&format!(", {n} queued")),
+        }
+        line.push_str(&why);
+        (line, waited)
+    }
+
+    fn draw(&mut self) {
+        let (main, tail) = self.describe();
+        let width = terminal_size::terminal_size_of(std::io::stderr())
+            .map_or(80, |(w, _)| usize::from(w.0))
+            .max(40);
+        // A line longer than the terminal wraps, and "\r" then clears only its last row: cut
+        // the description so that the line fits, keeping the waited time at its end.
+        let room = width - 1 - tail.chars().count();
+        let main = if main.chars().count() > room {
+            main.chars().take(room - 1).chain(['…']).collect()
+        } else {
+            main
+        };
+        let text = if self.out.color_stderr() {
+            format!("{main}{}", tail.dimmed())
+        } else {
+            format!("{main}{tail}")
+        };
+        self.out.raw_err(&format!("\r\x1b[2K{text}"));
+        self.drawn = true;
+    }
+}
