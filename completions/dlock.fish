@@ -42,11 +42,14 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run a command 
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "multilock" -d 'Take several locks at once, all or none, then run a command or print the token'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "inspect" -d 'Show who holds a lock, its fence and its waiters'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List the locks that are held'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "wait" -d 'Wait until a lock is free, without taking it'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -91,6 +94,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -108,6 +113,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease 
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -142,6 +149,19 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s w -l wait -l timeout -d 'Wait at most this long for the lock to be free (default: forever)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit code when the lock is still held at the end of the wait (default 75)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
