@@ -154,7 +154,10 @@ impl<'a> Waiting<'a> {
                 }
             }
             let age = read_at.elapsed();
-            if (busy_since && age >= REFRESH_MIN) || age >= REFRESH_MAX {
+            // The first read may come before our own queue entry exists (the engine reports
+            // busy, then queues): look again at the next busy report, to say where we stand.
+            let soon = !self.placed() && age >= Duration::from_secs(1);
+            if (busy_since && (age >= REFRESH_MIN || soon)) || age >= REFRESH_MAX {
                 self.refresh().await;
                 read_at = Instant::now();
                 busy_since = false;
@@ -215,6 +218,21 @@ impl<'a> Waiting<'a> {
         }
     }
 
+    /// Our position in the store's queue, if the last read found us in one.
+    fn position(&self) -> Option<usize> {
+        let (token, seen) = (self.token?, self.seen.as_ref()?);
+        seen.waiters
+            .iter()
+            .position(|w| !w.owner.is_empty() && token.starts_with(&w.owner))
+    }
+
+    /// Whether the line already says all it can of the queue: we are in it, or nobody is.
+    fn placed(&self) -> bool {
+        self.token.is_none()
+            || self.position().is_some()
+            || self.seen.as_ref().is_none_or(|s| s.waiters.is_empty())
+    }
+
     /// The line, as the text before the waited time and the waited time itself.
     fn describe(&self) -> (String, String) {
         let waited = format!(" · waited {}", compact(self.waited().unwrap_or_default()));
@@ -264,12 +282,7 @@ impl<'a> Waiting<'a> {
                 why.push_str(&format!(", ci: {}", printable(c)));
             }
         }
-        let mine = self.token.and_then(|t| {
-            seen.waiters
-                .iter()
-                .position(|w| !w.owner.is_empty() && t.starts_with(&w.owner))
-        });
-        match (mine, seen.waiters.len()) {
+        match (self.position(), seen.waiters.len()) {
             (Some(0), _) => line.push_str(", next in line"),
             (Some(n), _) => line.push_str(&format!(", {n} ahead of you")),
             (None, 0) => {}

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::etcd::EtcdServer;
 use common::redis::RedisServer;
 use common::*;
 use serde_json::Value;
@@ -55,6 +56,9 @@ fn on_terminal(env: &Env, args: &[&str]) -> (Child, Arc<Mutex<Vec<u8>>>) {
         "stty cols 200 rows 40; exec {}",
         env!("CARGO_BIN_EXE_dlock")
     );
+    for s in &env.stores {
+        line.push_str(&format!(" --store {}", quote(s)));
+    }
     for a in args {
         line.push(' ');
         line.push_str(&quote(a));
@@ -169,6 +173,40 @@ fn the_waiting_line_shows_the_holder_on_a_terminal_and_is_gone_once_acquired() {
     // The reader thread may still be draining the pty.
     assert!(wait_for(LIMIT, || shown(&seen).contains(&"ACQUIRED".to_string())));
     assert_eq!(shown(&seen), vec!["ACQUIRED"], "the line was not cleared");
+}
+
+/// Where the store keeps a queue (etcd), the line says how many are ahead.
+#[test]
+fn the_waiting_line_counts_who_is_ahead_in_an_etcd_queue() {
+    let etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let release = env.path("release");
+    let mut holder = hold(&env, "deploy", &release, &[]);
+    let mut c = env.cmd();
+    c.args(["run", "deploy", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut first = c.spawn().unwrap();
+    assert!(wait_for(LIMIT, || inspect(&env, "deploy")["waiters"]
+        .as_array()
+        .is_some_and(|w| w.len() == 1)));
+    let (mut waiter, seen) = on_terminal(&env, &["run", "deploy", "--", "echo", "ACQUIRED"]);
+    assert!(
+        wait_for(LIMIT, || shown(&seen)
+            .iter()
+            .any(|l| l.contains(", 1 ahead of you"))),
+        "{:?}",
+        shown(&seen)
+    );
+    std::fs::write(&release, "").unwrap();
+    for c in [&mut holder, &mut first, &mut waiter] {
+        assert!(wait_child(c, LIMIT).unwrap().success());
+    }
+    assert!(
+        wait_for(LIMIT, || shown(&seen) == vec!["ACQUIRED"]),
+        "{:?}",
+        shown(&seen)
+    );
 }
 
 #[test]
