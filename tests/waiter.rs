@@ -415,9 +415,12 @@ fn wait_returns_0_when_the_holder_releases_and_75_on_timeout_and_never_takes_the
     let after = inspect(&env, "plan");
     assert_eq!(after["held"], false);
     assert_eq!(after["fence"], fence);
-    // Bad input is a usage error.
+    // Bad input is a usage error; no store to ask is 69.
     assert_code(&env.run(&["wait", "plan", "-w", "soon"]), 64);
     assert_code(&env.run(&["wait", "bad name"]), 64);
+    let o = env.run(&["--store", "redis://127.0.0.1:1", "wait", "plan", "-w", "1s"]);
+    assert_code(&o, 69);
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
 
 #[test]
