@@ -4,22 +4,39 @@
 //! Every line has `event` (waiting, acquired, renewed, renew-failed, lost, released), `time`
 //! (RFC 3339, UTC, milliseconds), `unix_ms`, and `name` (or `names` for several locks); the
 //! lease events carry `fence` (or `fences`). A file is opened for appending and each line is
-//! one write, so several runs may share one file. A log that cannot be written never costs
-//! the lock: write errors are ignored.
+//! one write, so several runs may share one file.
+//!
+//! A log never costs the lock: lines are written by a thread of their own, so a reader that
+//! stops reading (`--events -` into a stalled pipe, a hung network disk) cannot hold up the
+//! renewals; if it falls `BACKLOG` lines behind, further lines are dropped, and write errors
+//! are ignored. `finish` gives the thread a moment to write what is queued before exit.
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
 use crate::exit::{Error, Result};
 
+/// Lines queued for the writer thread before new ones are dropped.
+const BACKLOG: usize = 1024;
+/// How long `finish` waits for the queued lines to be written.
+const DRAIN: Duration = Duration::from_secs(2);
+
 /// Where events go; a clone writes to the same place. The default writes nowhere.
 #[derive(Clone, Default)]
 pub struct Events {
-    sink: Option<Arc<Mutex<Box<dyn Write + Send>>>>,
+    sink: Option<Arc<Sink>>,
+}
+
+struct Sink {
+    /// Taken by `finish`: once it is dropped the writer ends after the queued lines.
+    lines: Mutex<Option<SyncSender<String>>>,
+    /// Signalled by the writer when it has written everything and ended.
+    done: Mutex<Receiver<()>>,
 }
 
 impl Events {
@@ -46,9 +63,36 @@ impl Events {
                 })?;
             Box::new(file)
         };
+        let (lines, queued) = sync_channel::<String>(BACKLOG);
+        let (ended, done) = sync_channel(1);
+        let mut sink = sink;
+        std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || {
+                for line in queued {
+                    let _ = sink.write_all(line.as_bytes()).and_then(|_| sink.flush());
+                }
+                let _ = ended.send(());
+            })
+            .map_err(|e| Error::failure(format!("cannot start the --events writer: {e}")))?;
         Ok(Events {
-            sink: Some(Arc::new(Mutex::new(sink))),
+            sink: Some(Arc::new(Sink {
+                lines: Mutex::new(Some(lines)),
+                done: Mutex::new(done),
+            })),
         })
+    }
+
+    /// Let the writer write what is queued (for at most `DRAIN`); later events are dropped.
+    pub fn finish(&self) {
+        let Some(sink) = &self.sink else { return };
+        let Some(lines) = sink.lines.lock().ok().and_then(|mut l| l.take()) else {
+            return;
+        };
+        drop(lines);
+        if let Ok(done) = sink.done.lock() {
+            let _ = done.recv_timeout(DRAIN);
+        }
     }
 
     pub fn is_on(&self) -> bool {
@@ -76,8 +120,9 @@ impl Events {
         }
         let mut text = line.to_string();
         text.push('\n');
-        if let Ok(mut w) = sink.lock() {
-            let _ = w.write_all(text.as_bytes()).and_then(|_| w.flush());
+        if let Some(lines) = sink.lines.lock().ok().as_ref().and_then(|l| l.as_ref()) {
+            // Full: the reader is far behind; losing a line beats stalling the lease.
+            let _ = lines.try_send(text);
         }
     }
 }
@@ -111,6 +156,8 @@ mod tests {
         ev.emit("acquired", &["a".into()], fences(&[7]));
         ev.clone()
             .emit("released", &["a".into(), "b".into()], fences(&[7, 8]));
+        ev.finish();
+        ev.emit("after", &["a".into()], fences(&[7]));
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<Value> = text
             .lines()
@@ -123,6 +170,7 @@ mod tests {
         assert!(lines[0]["unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
         assert_eq!(lines[1]["names"][1], "b");
         assert_eq!(lines[1]["fences"][1], 8);
+        assert_eq!(lines.len(), 2, "an event after finish is dropped");
         assert!(Events::open(Some(Path::new("-")), false).is_err());
     }
 }

@@ -20,7 +20,9 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     );
     // The token is the result on stdout: events go to a file only.
     let events = Events::open(args.holder.events.as_deref(), false)?;
-    let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
+    let lease = acquire_with(ctx, &req, &args.acquire, &events).await;
+    events.finish();
+    let lease = lease?;
     print_token(ctx, &lease);
     Ok(0)
 }

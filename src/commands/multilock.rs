@@ -22,10 +22,15 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     // Without a command the token is the result on stdout, so `--events -` may not use it.
     let events = Events::open(args.holder.events.as_deref(), !detached)?;
-    let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
-    if detached {
-        super::lock::print_token(ctx, &lease);
-        return Ok(0);
+    let ended = async {
+        let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
+        if detached {
+            super::lock::print_token(ctx, &lease);
+            return Ok(0);
+        }
+        supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
     }
-    supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
+    .await;
+    events.finish();
+    ended
 }

@@ -19,6 +19,11 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     // dlock prints no result of its own on stdout here, so `--events -` may use it.
     let events = Events::open(args.holder.events.as_deref(), true)?;
-    let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
-    supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
+    let ended = async {
+        let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
+        supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
+    }
+    .await;
+    events.finish();
+    ended
 }
