@@ -175,6 +175,35 @@ fn the_waiting_line_shows_the_holder_on_a_terminal_and_is_gone_once_acquired() {
     assert_eq!(shown(&seen), vec!["ACQUIRED"], "the line was not cleared");
 }
 
+#[test]
+fn on_a_terminal_with_verbose_the_line_gives_way_to_how_long_it_waited() {
+    let env = Env::file();
+    let release = env.path("release");
+    let mut holder = hold(&env, "deploy", &release, &[]);
+    let (mut waiter, seen) = on_terminal(&env, &["-v", "run", "deploy", "--", "true"]);
+    assert!(
+        wait_for(LIMIT, || shown(&seen).iter().any(|l| l.contains("held by"))),
+        "{:?}",
+        shown(&seen)
+    );
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_child(&mut holder, LIMIT).unwrap().success());
+    assert!(wait_child(&mut waiter, LIMIT).unwrap().success());
+    let done = || shown(&seen);
+    assert!(
+        wait_for(LIMIT, || done()
+            .iter()
+            .any(|l| l.starts_with("dlock: acquired deploy after waiting "))),
+        "{:?}",
+        done()
+    );
+    assert!(
+        !done().iter().any(|l| l.contains("held by")),
+        "{:?}",
+        done()
+    );
+}
+
 /// Where the store keeps a queue (etcd), the line says how many are ahead.
 #[test]
 fn the_waiting_line_counts_who_is_ahead_in_an_etcd_queue() {
