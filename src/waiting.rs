@@ -221,9 +221,8 @@ impl<'a> Waiting<'a> {
     /// Our position in the store's queue, if the last read found us in one.
     fn position(&self) -> Option<usize> {
         let (token, seen) = (self.token?, self.seen.as_ref()?);
-        seen.waiters
-            .iter()
-            .position(|w| !w.owner.is_empty() && token.starts_with(&w.owner))
+        let me = crate::names::owner_id(token);
+        seen.waiters.iter().position(|w| w.owner == me)
     }
 
     /// Whether the line already says all it can of the queue: we are in it, or nobody is.
