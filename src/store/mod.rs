@@ -25,6 +25,11 @@ use serde::Serialize;
 
 pub use url::StoreUrl;
 
+/// Longest a waiter sleeps without looking again, in case a notification was lost. It is part
+/// of the store contract, not only of the engine's loop: a `Listener` may miss a notification,
+/// and a store sizes what its waiters leave behind by it (the life of a Redis wake-up entry).
+pub const MAX_POLL: Duration = Duration::from_millis(500);
+
 /// How a lease shares its lock with others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

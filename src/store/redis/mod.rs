@@ -28,10 +28,9 @@ use connect::{certificates, client, connection_info};
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreError,
-    StoreResult, Waiter,
+    Acquire, Attempt, Granted, Holder, Listener, LockState, MAX_POLL, Mode, Previous, Store,
+    StoreError, StoreResult, Waiter,
 };
-use crate::engine::MAX_POLL;
 
 macro_rules! script {
     ($file:literal) => {
