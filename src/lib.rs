@@ -16,4 +16,3 @@ pub mod output;
 pub mod store;
 pub mod supervisor;
 pub mod sys;
-pub mod tls;

@@ -14,6 +14,7 @@
 pub mod etcd;
 pub mod file;
 pub mod redis;
+pub(crate) mod tls;
 pub mod url;
 pub mod zk;
 

@@ -127,7 +127,7 @@ impl RedisStore {
                 ))
             })?),
         };
-        let tls = crate::tls::take_files(&mut url, "a rediss:// URL")?;
+        let tls = crate::store::tls::take_files(&mut url, "a rediss:// URL")?;
         url.reject_unknown_params().map_err(StoreError::invalid)?;
         let infos = url
             .hosts
