@@ -6,17 +6,11 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 use crate::cli::{Cli, Command, GlobalArgs};
+use crate::commands::Ctx;
 use crate::engine::{Engine, timing};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
 use crate::store::url::{self, StoreUrl};
-
-/// What every command gets: the stores, the namespace, and where to print.
-pub struct Ctx {
-    pub engine: std::sync::Arc<Engine>,
-    pub namespace: String,
-    pub out: Output,
-}
 
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {

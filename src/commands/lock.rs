@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
+use super::Ctx;
 use super::{acquire, millis, mode, request};
-use crate::app::Ctx;
 use crate::cli::LockArgs;
 use crate::engine::{Lease, previous};
 use crate::exit::Result;

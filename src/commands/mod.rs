@@ -13,12 +13,20 @@ pub mod unlock;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::app::Ctx;
 use crate::cli::{AcquireArgs, Command, ModeArgs};
-use crate::engine::{EngineError, Lease, Wait};
+use crate::engine::{Engine, EngineError, Lease, Wait};
 use crate::exit::{Error, ExitCode, Result};
+use crate::output::Output;
 use crate::store::{Acquire, Mode};
 use crate::supervisor::signals::{STOPPING, Signals};
+
+/// What every command gets: the stores, the namespace, and where to print. It lives here, not
+/// in `app`, so that commands need nothing from the module that dispatches to them.
+pub struct Ctx {
+    pub engine: std::sync::Arc<Engine>,
+    pub namespace: String,
+    pub out: Output,
+}
 
 pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
     match command {

@@ -1,8 +1,8 @@
 //! `dlock multilock`: several locks, all or none, in one canonical order, so two jobs that
 //! need overlapping sets can never deadlock; then run a command or print the token.
 
+use super::Ctx;
 use super::{acquire, request};
-use crate::app::Ctx;
 use crate::cli::MultilockArgs;
 use crate::exit::Result;
 use crate::store::Mode;
@@ -23,5 +23,5 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         super::lock::print_token(ctx, &lease);
         return Ok(0);
     }
-    supervisor::supervise(ctx, lease, &args.command, grace).await
+    supervisor::supervise(&ctx.engine, &ctx.out, lease, &args.command, grace).await
 }

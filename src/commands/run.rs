@@ -1,7 +1,7 @@
 //! `dlock run` (alias `run-with-lock`): hold a lock for as long as a command runs.
 
+use super::Ctx;
 use super::{acquire, mode, request};
-use crate::app::Ctx;
 use crate::cli::RunArgs;
 use crate::exit::Result;
 use crate::supervisor;
@@ -16,5 +16,5 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     );
     let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     let lease = acquire(ctx, &req, &args.acquire).await?;
-    supervisor::supervise(ctx, lease, &args.command, grace).await
+    supervisor::supervise(&ctx.engine, &ctx.out, lease, &args.command, grace).await
 }

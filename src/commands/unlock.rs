@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
+use super::Ctx;
 use super::engine_error;
-use crate::app::Ctx;
 use crate::cli::UnlockArgs;
 use crate::engine::EngineError;
 use crate::exit::{Error, Result};

@@ -18,7 +18,6 @@ use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use crate::app::Ctx;
 use crate::engine::{Engine, EngineError, Lease, previous, timing};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
@@ -49,14 +48,14 @@ struct Health {
 }
 
 /// Run `command` while `lease` is held; release the lease when it exits and return the exit
-/// code dlock should end with.
+/// code dlock should end with. `engine` renews and releases the lease; `out` reports.
 pub async fn supervise(
-    ctx: &Ctx,
+    engine: &Arc<Engine>,
+    out: &Output,
     lease: Lease,
     command: &[OsString],
     grace: Duration,
 ) -> Result<i32> {
-    let out = &ctx.out;
     // Catch the forwarded signals before the child exists, so none is lost in between.
     let mut signals = Signals::catch(&FORWARDED)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
@@ -76,7 +75,7 @@ pub async fn supervise(
             if let Some(d) = dog {
                 d.stop();
             }
-            ctx.engine.release(&lease.req.names, &lease.req.token).await;
+            engine.release(&lease.req.names, &lease.req.token).await;
             return Err(e);
         }
     };
@@ -93,7 +92,7 @@ pub async fn supervise(
         lost: None,
         trouble: None,
     });
-    let renewer = tokio::spawn(keep_alive(ctx.engine.clone(), lease.clone(), tx));
+    let renewer = tokio::spawn(keep_alive(engine.clone(), lease.clone(), tx));
     let mut pushed = lease.deadline;
 
     let mut term_sent = false;
@@ -169,11 +168,11 @@ pub async fn supervise(
         // Whatever the child left running in its group must not outlive the lease either.
         let _ = sys::kill_group(pgid, libc::SIGKILL);
     }
-    let tally = ctx.engine.release(&lease.req.names, &lease.req.token).await;
+    let tally = engine.release(&lease.req.names, &lease.req.token).await;
     if !tally.errors.is_empty() && lost.is_none() {
         // A store that was down all along is no news; a release that left the lease held on
         // a majority (until its ttl) is.
-        let report = if tally.yes >= ctx.engine.majority() {
+        let report = if tally.yes >= engine.majority() {
             Output::debug
         } else {
             Output::warn
