@@ -13,6 +13,7 @@
 
 pub mod etcd;
 pub mod file;
+pub(crate) mod queue;
 pub mod redis;
 pub(crate) mod tls;
 pub mod url;
@@ -61,7 +62,8 @@ impl Mode {
     }
 
     /// Whether a new lease of this mode may join the given live holders. Every store applies
-    /// this same rule inside its atomic grant (the Lua scripts spell it out again).
+    /// this same rule inside its atomic grant (the Lua scripts spell it out again); the stores
+    /// with a queue apply it to the entries ahead (`queue::turn`).
     pub fn admits(self, holders: impl IntoIterator<Item = Mode>) -> bool {
         let mut count = 0u32;
         for h in holders {
