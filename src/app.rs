@@ -124,7 +124,7 @@ fn trust_clock() -> Result<()> {
 }
 
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.
-pub fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
+pub(crate) fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
     let raw: Vec<String> = if !flags.is_empty() {
         flags.to_vec()
     } else {

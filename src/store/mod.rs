@@ -11,13 +11,13 @@
 //! reaches the head; `release` by token removes a queued entry as well as a held one, so a
 //! waiter that gives up leaves nothing behind whatever the store.
 
-pub mod etcd;
-pub mod file;
+pub(crate) mod etcd;
+pub(crate) mod file;
 pub(crate) mod queue;
 pub mod redis;
 pub(crate) mod tls;
 pub mod url;
-pub mod zk;
+pub(crate) mod zk;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -330,7 +330,10 @@ pub trait Store: Send + Sync {
 
 /// `list` for stores that find candidate names first: inspect each (sorted, once) and keep
 /// those with a live holder.
-pub async fn held_states(store: &dyn Store, mut names: Vec<String>) -> StoreResult<Vec<LockState>> {
+pub(crate) async fn held_states(
+    store: &dyn Store,
+    mut names: Vec<String>,
+) -> StoreResult<Vec<LockState>> {
     names.sort();
     names.dedup();
     let mut out = Vec::new();
