@@ -13,10 +13,14 @@ use crate::store::{Mode, Previous};
 #[derive(Clone, Debug)]
 pub struct Seen {
     pub key: Vec<u8>,
+    /// The token its key ends in ("" for an entry that could not be decoded).
     pub token: String,
     pub entry: Entry,
+    /// The key's create revision: its place in the queue.
     pub create: i64,
+    /// The key's mod revision: a grant's fence is reckoned from it.
     pub modrev: i64,
+    /// The etcd lease the key is attached to.
     pub lease: i64,
 }
 
