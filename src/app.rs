@@ -6,17 +6,11 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 use crate::cli::{Cli, Command, GlobalArgs};
+use crate::commands::Ctx;
 use crate::engine::{Engine, timing};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
 use crate::store::url::{self, StoreUrl};
-
-/// What every command gets: the stores, the namespace, and where to print.
-pub struct Ctx {
-    pub engine: std::sync::Arc<Engine>,
-    pub namespace: String,
-    pub out: Output,
-}
 
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
@@ -130,7 +124,7 @@ fn trust_clock() -> Result<()> {
 }
 
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.
-pub fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
+pub(crate) fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
     let raw: Vec<String> = if !flags.is_empty() {
         flags.to_vec()
     } else {

@@ -4,18 +4,19 @@
 //! majority-quorum lease over the `store` adapters, and `supervisor` the child process of
 //! `run`. `app` ties them together for `main`.
 
+// Public: what `main`, the tests, benches and fuzz targets use (the store contract, the
+// engine, names, durations, generated docs). The rest serves the binary only.
 pub mod app;
 pub mod cli;
-pub mod commands;
+pub(crate) mod commands;
 pub mod docs;
 pub mod engine;
-pub mod events;
-pub mod exit;
-pub mod meta;
+pub(crate) mod events;
+pub(crate) mod exit;
+pub(crate) mod meta;
 pub mod names;
-pub mod output;
+pub(crate) mod output;
 pub mod store;
-pub mod supervisor;
+pub(crate) mod supervisor;
 pub mod sys;
-pub mod tls;
-pub mod waiting;
+pub(crate) mod waiting;

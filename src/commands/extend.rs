@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
+use super::Ctx;
 use super::{engine_error, millis};
-use crate::app::Ctx;
 use crate::cli::ExtendArgs;
 use crate::engine::EngineError;
 use crate::exit::{Error, Result};

@@ -3,8 +3,8 @@
 use serde::Serialize;
 use serde_json::json;
 
+use super::Ctx;
 use super::engine_error;
-use crate::app::Ctx;
 use crate::cli::InspectArgs;
 use crate::engine::EngineError;
 use crate::exit::Result;

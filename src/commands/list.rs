@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use super::Ctx;
 use super::engine_error;
 use super::inspect::{expires, merge, who};
-use crate::app::Ctx;
 use crate::cli::ListArgs;
 use crate::engine::EngineError;
 use crate::exit::Result;

@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
+use super::Ctx;
 use super::{acquire_with, holder_request, millis, mode};
-use crate::app::Ctx;
 use crate::cli::LockArgs;
 use crate::engine::{Lease, previous};
 use crate::events::Events;

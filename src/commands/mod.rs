@@ -16,14 +16,22 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::app::Ctx;
 use crate::cli::{AcquireArgs, Command, HolderArgs, ModeArgs};
-use crate::engine::{EngineError, Lease, Wait, previous};
+use crate::engine::{Engine, EngineError, Lease, Wait, previous};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
+use crate::output::Output;
 use crate::store::{Acquire, Mode};
 use crate::supervisor::signals::{STOPPING, Signals};
 use crate::waiting::{Outcome, Waiting};
+
+/// What every command gets: the stores, the namespace, and where to print. It lives here, not
+/// in `app`, so that commands need nothing from the module that dispatches to them.
+pub struct Ctx {
+    pub engine: std::sync::Arc<Engine>,
+    pub namespace: String,
+    pub out: Output,
+}
 
 pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
     match command {
@@ -84,13 +92,9 @@ pub fn holder_request(
     req
 }
 
-/// Take the lease as `args` says; a stopping signal while waiting withdraws the request (so
-/// nothing is left queued) and exits 128+N.
-pub async fn acquire(ctx: &Ctx, req: &Acquire, args: &AcquireArgs) -> Result<Lease> {
-    acquire_with(ctx, req, args, &Events::default()).await
-}
-
-/// `acquire` with the waiting line on stderr and the `waiting` and `acquired` events.
+/// Take the lease as `args` says, with the waiting line on stderr and the `waiting` and
+/// `acquired` events; a stopping signal while waiting withdraws the request (so nothing is
+/// left queued) and exits 128+N.
 pub async fn acquire_with(
     ctx: &Ctx,
     req: &Acquire,

@@ -1,8 +1,8 @@
 //! `dlock multilock`: several locks, all or none, in one canonical order, so two jobs that
 //! need overlapping sets can never deadlock; then run a command or print the token.
 
+use super::Ctx;
 use super::{acquire_with, holder_request};
-use crate::app::Ctx;
 use crate::cli::MultilockArgs;
 use crate::events::Events;
 use crate::exit::Result;
@@ -28,7 +28,8 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
             super::lock::print_token(ctx, &lease);
             return Ok(0);
         }
-        supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
+        supervisor::supervise_with(&ctx.engine, &ctx.out, lease, &args.command, grace, &events)
+            .await
     }
     .await;
     events.finish();

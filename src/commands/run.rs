@@ -1,7 +1,7 @@
 //! `dlock run` (alias `run-with-lock`): hold a lock for as long as a command runs.
 
+use super::Ctx;
 use super::{acquire_with, holder_request, mode};
-use crate::app::Ctx;
 use crate::cli::RunArgs;
 use crate::events::Events;
 use crate::exit::Result;
@@ -21,7 +21,8 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let events = Events::open(args.holder.events.as_deref(), true)?;
     let ended = async {
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
-        supervisor::supervise_with(ctx, lease, &args.command, grace, &events).await
+        supervisor::supervise_with(&ctx.engine, &ctx.out, lease, &args.command, grace, &events)
+            .await
     }
     .await;
     events.finish();

@@ -2,9 +2,9 @@
 
 use serde_json::json;
 
+use super::Ctx;
 use super::engine_error;
 use super::inspect::{QuorumHolder, merge};
-use crate::app::Ctx;
 use crate::cli::UnlockArgs;
 use crate::engine::EngineError;
 use crate::exit::{Error, Result};

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
+use super::Ctx;
 use super::{engine_error, millis};
-use crate::app::Ctx;
 use crate::cli::WaitArgs;
 use crate::engine::{EngineError, Wait};
 use crate::events::Events;

@@ -21,12 +21,9 @@ use tokio::time::{Instant, sleep, timeout};
 use down::Down;
 
 use crate::store::{
-    self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, Previous, Store, StoreError,
-    StoreResult, StoreUrl,
+    self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Previous, Store,
+    StoreError, StoreResult, StoreUrl,
 };
-
-/// Longest a waiter sleeps without looking again, in case a notification was lost.
-pub const MAX_POLL: Duration = Duration::from_millis(500);
 
 /// How long a release waits for stragglers once a majority has released: long enough for a
 /// live store a little behind the others, so it is not left holding the lease until its ttl.

@@ -11,11 +11,13 @@
 //! reaches the head; `release` by token removes a queued entry as well as a held one, so a
 //! waiter that gives up leaves nothing behind whatever the store.
 
-pub mod etcd;
-pub mod file;
+pub(crate) mod etcd;
+pub(crate) mod file;
+pub(crate) mod queue;
 pub mod redis;
+pub(crate) mod tls;
 pub mod url;
-pub mod zk;
+pub(crate) mod zk;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,11 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 pub use url::StoreUrl;
+
+/// Longest a waiter sleeps without looking again, in case a notification was lost. It is part
+/// of the store contract, not only of the engine's loop: a `Listener` may miss a notification,
+/// and a store sizes what its waiters leave behind by it (the life of a Redis wake-up entry).
+pub const MAX_POLL: Duration = Duration::from_millis(500);
 
 /// How a lease shares its lock with others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +62,8 @@ impl Mode {
     }
 
     /// Whether a new lease of this mode may join the given live holders. Every store applies
-    /// this same rule inside its atomic grant (the Lua scripts spell it out again).
+    /// this same rule inside its atomic grant (the Lua scripts spell it out again); the stores
+    /// with a queue apply it to the entries ahead (`queue::turn`).
     pub fn admits(self, holders: impl IntoIterator<Item = Mode>) -> bool {
         let mut count = 0u32;
         for h in holders {
@@ -322,7 +330,10 @@ pub trait Store: Send + Sync {
 
 /// `list` for stores that find candidate names first: inspect each (sorted, once) and keep
 /// those with a live holder.
-pub async fn held_states(store: &dyn Store, mut names: Vec<String>) -> StoreResult<Vec<LockState>> {
+pub(crate) async fn held_states(
+    store: &dyn Store,
+    mut names: Vec<String>,
+) -> StoreResult<Vec<LockState>> {
     names.sort();
     names.dedup();
     let mut out = Vec::new();

@@ -19,7 +19,6 @@ use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use crate::app::Ctx;
 use crate::engine::{Engine, EngineError, Lease, previous, timing};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
@@ -51,25 +50,16 @@ struct Health {
 }
 
 /// Run `command` while `lease` is held; release the lease when it exits and return the exit
-/// code dlock should end with.
-pub async fn supervise(
-    ctx: &Ctx,
-    lease: Lease,
-    command: &[OsString],
-    grace: Duration,
-) -> Result<i32> {
-    supervise_with(ctx, lease, command, grace, &Events::default()).await
-}
-
-/// `supervise`, reporting renewals, their failures, a loss and the release to `events`.
+/// code dlock should end with. `engine` renews and releases the lease; `out` reports; renewals,
+/// their failures, a loss and the release go to `events`.
 pub async fn supervise_with(
-    ctx: &Ctx,
+    engine: &Arc<Engine>,
+    out: &Output,
     lease: Lease,
     command: &[OsString],
     grace: Duration,
     events: &Events,
 ) -> Result<i32> {
-    let out = &ctx.out;
     let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
     let lost_event = |why: &str| {
         events.emit(
@@ -97,7 +87,7 @@ pub async fn supervise_with(
             if let Some(d) = dog {
                 d.stop();
             }
-            ctx.engine.release(&lease.req.names, &lease.req.token).await;
+            engine.release(&lease.req.names, &lease.req.token).await;
             return Err(e);
         }
     };
@@ -115,7 +105,7 @@ pub async fn supervise_with(
         trouble: None,
     });
     let renewer = tokio::spawn(keep_alive(
-        ctx.engine.clone(),
+        engine.clone(),
         lease.clone(),
         tx,
         events.clone(),
@@ -200,11 +190,11 @@ pub async fn supervise_with(
         // Whatever the child left running in its group must not outlive the lease either.
         let _ = sys::kill_group(pgid, libc::SIGKILL);
     }
-    let tally = ctx.engine.release(&lease.req.names, &lease.req.token).await;
+    let tally = engine.release(&lease.req.names, &lease.req.token).await;
     if !tally.errors.is_empty() && lost.is_none() {
         // A store that was down all along is no news; a release that left the lease held on
         // a majority (until its ttl) is.
-        let report = if tally.yes >= ctx.engine.majority() {
+        let report = if tally.yes >= engine.majority() {
             Output::debug
         } else {
             Output::warn
@@ -239,7 +229,7 @@ pub async fn supervise_with(
             json!({
                 "exit_code": code,
                 // false: no majority confirmed the release; the lease runs out by its ttl.
-                "confirmed": tally.yes >= ctx.engine.majority(),
+                "confirmed": tally.yes >= engine.majority(),
             }),
         ),
     );

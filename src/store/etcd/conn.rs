@@ -192,7 +192,7 @@ impl Endpoints {
 
 /// TLS settings from `?ca_file=`, `?cert_file=`, `?key_file=` (taken out of the URL).
 fn tls_options(url: &mut ServerUrl) -> StoreResult<Option<TlsOptions>> {
-    let Some(files) = crate::tls::take_files(url, "an etcds:// URL")? else {
+    let Some(files) = crate::store::tls::take_files(url, "an etcds:// URL")? else {
         return Ok(None);
     };
     let mut tls = TlsOptions::new();

@@ -1,4 +1,5 @@
-//! Where dlock keeps its state in etcd, and the rules it reads from that state (no I/O here).
+//! Where dlock keeps its state in etcd, and what it stores there (no I/O here; what a read
+//! shows, and the rules decided from it, are in `view`).
 //!
 //! Per lock name, under `dlock/<namespace>/<name>/`:
 //! - `#q/<token>`: one entry per lease or waiter, attached to its owner's etcd lease, so it
@@ -17,10 +18,9 @@
 //! order, whatever the mode, and the offset (0 unless a quorum raised it) lets the bakery rule
 //! of the engine lift them above what other stores handed out.
 
-use etcd_client::KeyValue;
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Mode, Previous};
+use crate::store::Previous;
 
 pub struct Layout {
     /// `dlock/<namespace>/`
@@ -60,50 +60,56 @@ impl Layout {
     }
 }
 
-/// The value of an entry key.
+/// The value of an entry key. The stored JSON keeps one- and two-letter keys (the serde
+/// names): every dlock version on a cluster reads the same entries, and they are small.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Entry {
     /// Mode code (`Mode::code`).
-    pub m: String,
+    #[serde(rename = "m")]
+    pub mode: String,
     /// Granted (else queued).
-    #[serde(default)]
-    pub h: bool,
-    /// The fence offset the grant used: fence = mod revision + o ...
-    #[serde(default)]
-    pub o: u64,
+    #[serde(rename = "h", default)]
+    pub held: bool,
+    /// The fence offset the grant used: fence = mod revision + offset ...
+    #[serde(rename = "o", default)]
+    pub offset: u64,
     /// ... unless the key was rewritten since (a renewal that changed the ttl), which keeps it here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub f: Option<u64>,
+    #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
     /// The etcd lease's granted ttl, seconds: a renewal asking for another ttl moves the key.
-    #[serde(default)]
-    pub t: i64,
+    #[serde(rename = "t", default)]
+    pub lease_ttl: i64,
     /// Every name the lease was granted with: its etcd lease may be revoked only when all of
     /// them are released.
-    #[serde(default)]
-    pub n: Vec<String>,
+    #[serde(rename = "n", default)]
+    pub names: Vec<String>,
     /// Holder metadata (JSON text).
     #[serde(default)]
     pub meta: String,
     /// A waiter's spare holder lease and its ttl (0: none): the lease a release hands the
     /// lock over on (see `Queue::heir`).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub s: i64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub st: i64,
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
+    pub spare: i64,
+    #[serde(rename = "st", default, skip_serializing_if = "is_zero")]
+    pub spare_ttl: i64,
     /// On an entry a release handed the lock to: the waiters queued right behind it, as that
     /// release knew them, so that its own release may hand over without reading first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub q: Vec<Behind>,
+    #[serde(rename = "q", default, skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<Behind>,
 }
 
-/// A waiter as a release passes it on (see `Entry::q`).
+/// A waiter as a release passes it on (see `Entry::behind`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Behind {
-    /// Token, create and mod revision.
-    pub k: String,
-    pub c: i64,
-    pub v: i64,
-    pub e: Entry,
+    #[serde(rename = "k")]
+    pub token: String,
+    /// The create and mod revisions of its entry key.
+    #[serde(rename = "c")]
+    pub create: i64,
+    #[serde(rename = "v")]
+    pub modrev: i64,
+    #[serde(rename = "e")]
+    pub entry: Entry,
 }
 
 /// How many waiters a handover passes on: enough for a run of handovers, little enough to
@@ -114,224 +120,40 @@ fn is_zero(v: &i64) -> bool {
     *v == 0
 }
 
-/// The value of a record key.
+/// The value of a record key (one-letter keys in the stored JSON, as for `Entry`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Record {
     /// Token of the last lease granted ("" before the first grant).
-    #[serde(default)]
-    pub t: String,
+    #[serde(rename = "t", default)]
+    pub holder: String,
     /// How the lease before that one ended, as that grant saw it.
-    #[serde(default)]
-    pub p: String,
+    #[serde(rename = "p", default)]
+    pub previous: String,
     /// That lease was released by its owner.
-    #[serde(default)]
-    pub r: bool,
+    #[serde(rename = "r", default)]
+    pub released: bool,
     /// Fence offset (raised by `raise_fence`, never lowered).
-    #[serde(default)]
-    pub o: u64,
+    #[serde(rename = "o", default)]
+    pub offset: u64,
     /// The last fence, when known outright; a grant cannot write its own revision, so after a
-    /// grant this is empty and the fence is the record's mod revision + o.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub f: Option<u64>,
+    /// grant this is empty and the fence is the record's mod revision + offset.
+    #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
 }
 
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-/// One entry as read.
-#[derive(Clone, Debug)]
-pub struct Seen {
-    pub key: Vec<u8>,
-    pub token: String,
-    pub entry: Entry,
-    pub create: i64,
-    pub modrev: i64,
-    pub lease: i64,
-}
-
-impl Seen {
-    pub fn from_kv(kv: &KeyValue) -> Option<Seen> {
-        let key = kv.key().to_vec();
-        let token = std::str::from_utf8(&key)
-            .ok()?
-            .rsplit('/')
-            .next()?
-            .to_string();
-        Some(Seen {
-            token,
-            entry: serde_json::from_slice(kv.value()).ok()?,
-            create: kv.create_revision(),
-            modrev: kv.mod_revision(),
-            lease: kv.lease(),
-            key,
-        })
-    }
-
-    /// An entry this version cannot read counts as exclusive: it blocks rather than admits.
-    pub fn mode(&self) -> Mode {
-        Mode::from_code(&self.entry.m).unwrap_or(Mode::Exclusive)
-    }
-
-    /// This waiter as a release passes it on to the next holder.
-    pub fn behind(&self) -> Behind {
-        Behind {
-            k: self.token.clone(),
-            c: self.create,
-            v: self.modrev,
-            e: Entry {
-                q: Vec::new(),
-                ..self.entry.clone()
-            },
-        }
-    }
-
-    /// A waiter as passed on: its key is `key`; its lease is unknown (0), and only its spare
-    /// counts.
-    pub fn passed_on(key: String, b: &Behind) -> Seen {
-        Seen {
-            key: key.into_bytes(),
-            token: b.k.clone(),
-            entry: b.e.clone(),
-            create: b.c,
-            modrev: b.v,
-            lease: 0,
-        }
-    }
-
-    pub fn fence(&self) -> u64 {
-        self.entry
-            .f
-            .unwrap_or((self.modrev.max(0) as u64).saturating_add(self.entry.o))
-    }
-}
-
-/// What a waiter watches: the one key whose deletion may admit it, or (limit slots, where
-/// any holder leaving makes room) the whole queue.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Blocker {
-    Key(Vec<u8>),
-    Queue(Vec<u8>),
-}
-
-/// One name's entries (in create order) and record, as read at one revision.
-#[derive(Clone, Debug, Default)]
-pub struct Queue {
-    pub entries: Vec<Seen>,
-    /// The record and its mod revision.
-    pub record: Option<(Record, i64)>,
-}
-
-impl Queue {
-    pub fn new(entries: &[KeyValue], record: Option<&KeyValue>) -> Queue {
-        let mut entries: Vec<Seen> = entries.iter().filter_map(Seen::from_kv).collect();
-        entries.sort_by_key(|e| e.create);
-        let record = record.map(|kv| {
-            (
-                serde_json::from_slice(kv.value()).unwrap_or_default(),
-                kv.mod_revision(),
-            )
-        });
-        Queue { entries, record }
-    }
-
-    pub fn find(&self, token: &str) -> Option<&Seen> {
-        self.entries.iter().find(|e| e.token == token)
-    }
-
-    /// The entries ahead of `token`'s, or all of them if it has none (a new entry goes last).
-    pub fn ahead(&self, token: &str) -> &[Seen] {
-        let end = self
-            .entries
-            .iter()
-            .position(|e| e.token == token)
-            .unwrap_or(self.entries.len());
-        &self.entries[..end]
-    }
-
-    pub fn admits(&self, token: &str, mode: Mode) -> bool {
-        mode.admits(self.ahead(token).iter().map(Seen::mode))
-    }
-
-    /// The nearest entry ahead that keeps `token` out, or None if nothing does.
-    pub fn blocker(&self, token: &str, mode: Mode, queue_range: &str) -> Option<Blocker> {
-        let ahead = self.ahead(token);
-        let incompatible = |e: &&Seen| {
-            !matches!(
-                (mode, e.mode()),
-                (Mode::Shared, Mode::Shared) | (Mode::Limit(_), Mode::Limit(_))
-            )
-        };
-        if let Some(e) = ahead.iter().rev().find(incompatible) {
-            return Some(Blocker::Key(e.key.clone()));
-        }
-        match mode {
-            Mode::Limit(k) if ahead.len() >= k as usize => {
-                Some(Blocker::Queue(queue_range.as_bytes().to_vec()))
-            }
-            _ => None,
-        }
-    }
-
-    /// How the lease before a new grant ended, as far as the record tells.
-    pub fn previous(&self) -> Previous {
-        let Some((rec, _)) = &self.record else {
-            return Previous::None;
-        };
-        if rec.t.is_empty() {
-            return Previous::None;
-        }
-        if rec.r {
-            return Previous::Released;
-        }
-        // The last grant is still held (a sharer, or `token` itself when the answer to its
-        // grant was lost and it tries again): the answer is the one that grant got.
-        if self.entries.iter().any(|e| e.token == rec.t && e.entry.h) {
-            return Previous::parse(&rec.p);
-        }
-        Previous::Expired
-    }
-
-    /// The last fence this store handed out on the name (0: never).
-    pub fn last_fence(&self) -> u64 {
-        match &self.record {
-            None => 0,
-            Some((rec, modrev)) => match rec.f {
-                Some(f) => f,
-                None if rec.t.is_empty() => 0,
-                None => ((*modrev).max(0) as u64).saturating_add(rec.o),
-            },
-        }
-    }
-
-    pub fn offset(&self) -> u64 {
-        self.record.as_ref().map_or(0, |(r, _)| r.o)
-    }
-
-    /// The waiter `token`'s release may hand the lock to in the same transaction: the entry
-    /// right behind it, when `token` is the last exclusive grant of this one name and that
-    /// entry is an exclusive waiter for this name alone with a spare lease. Nothing can
-    /// queue ahead of an entry that exists, so the heir is admitted once `token` is gone.
-    pub fn heir(&self, token: &str) -> Option<&Seen> {
-        let at = self.entries.iter().position(|e| e.token == token)?;
-        let (own, next) = (&self.entries[at], self.entries.get(at + 1)?);
-        let single = |e: &Seen| e.mode() == Mode::Exclusive && e.entry.n.len() == 1;
-        let last_grant = self.record.as_ref().is_some_and(|(r, _)| r.t == token);
-        (own.entry.h && single(own) && last_grant && !next.entry.h && single(next))
-            .then_some(next)
-            .filter(|n| n.entry.s != 0 && n.entry.st > 0)
-    }
-}
-
 /// The record a grant of `holder` writes (a handover writes it for the heir), telling how
 /// the lease before it ended.
 pub fn granted_record(holder: &str, previous: Previous, offset: u64) -> Record {
     Record {
-        t: holder.to_string(),
-        p: previous.as_str().into(),
-        r: false,
-        o: offset,
-        f: None,
+        holder: holder.to_string(),
+        previous: previous.as_str().into(),
+        released: false,
+        offset,
+        fence: None,
     }
 }
 
@@ -345,28 +167,6 @@ pub fn lease_secs(ttl: std::time::Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn seen(token: &str, mode: Mode, held: bool, create: i64) -> Seen {
-        Seen {
-            key: format!("dlock/ns/n/#q/{token}").into_bytes(),
-            token: token.into(),
-            entry: Entry {
-                m: mode.code(),
-                h: held,
-                ..Entry::default()
-            },
-            create,
-            modrev: create,
-            lease: 1,
-        }
-    }
-
-    fn queue(entries: Vec<Seen>) -> Queue {
-        Queue {
-            entries,
-            record: None,
-        }
-    }
 
     #[test]
     fn keys_of_nested_names_do_not_overlap() {
@@ -383,135 +183,61 @@ mod tests {
     }
 
     #[test]
-    fn exclusive_waits_for_everyone_ahead_and_watches_only_its_predecessor() {
-        let q = queue(vec![
-            seen("a", Mode::Exclusive, true, 5),
-            seen("b", Mode::Exclusive, false, 7),
-            seen("c", Mode::Exclusive, false, 9),
-        ]);
-        assert!(q.admits("a", Mode::Exclusive));
-        assert!(!q.admits("b", Mode::Exclusive));
-        let r = "dlock/ns/n/#q/";
-        assert_eq!(
-            q.blocker("c", Mode::Exclusive, r),
-            Some(Blocker::Key(b"dlock/ns/n/#q/b".to_vec()))
-        );
-        // A newcomer goes behind every waiter.
-        assert!(!q.admits("new", Mode::Exclusive));
-        assert_eq!(q.blocker("a", Mode::Exclusive, r), None);
-    }
-
-    #[test]
-    fn sharers_join_sharers_but_not_past_a_writer() {
-        let q = queue(vec![
-            seen("s1", Mode::Shared, true, 1),
-            seen("s2", Mode::Shared, false, 2),
-            seen("x", Mode::Exclusive, false, 3),
-            seen("s3", Mode::Shared, false, 4),
-        ]);
-        assert!(q.admits("s2", Mode::Shared));
-        assert!(!q.admits("x", Mode::Exclusive));
-        assert!(!q.admits("s3", Mode::Shared));
-        assert_eq!(
-            q.blocker("s3", Mode::Shared, "r"),
-            Some(Blocker::Key(b"dlock/ns/n/#q/x".to_vec()))
-        );
-    }
-
-    #[test]
-    fn limit_counts_the_slots_ahead() {
-        let q = queue(vec![
-            seen("a", Mode::Limit(2), true, 1),
-            seen("b", Mode::Limit(2), true, 2),
-            seen("c", Mode::Limit(2), false, 3),
-        ]);
-        assert!(q.admits("b", Mode::Limit(2)));
-        assert!(!q.admits("c", Mode::Limit(2)));
-        assert_eq!(
-            q.blocker("c", Mode::Limit(2), "r"),
-            Some(Blocker::Queue(b"r".to_vec()))
-        );
-    }
-
-    #[test]
-    fn a_release_hands_over_only_to_a_lone_exclusive_waiter_right_behind() {
-        let with_spare = |mut e: Seen| {
-            e.entry.n = vec!["n".into()];
-            e.entry.s = 42;
-            e.entry.st = 30;
-            e
-        };
-        let mut q = queue(vec![
-            with_spare(seen("a", Mode::Exclusive, true, 5)),
-            with_spare(seen("b", Mode::Exclusive, false, 7)),
-            with_spare(seen("c", Mode::Exclusive, false, 9)),
-        ]);
-        // Not the last grant on record (say the answer came from a force): no hand-over.
-        assert!(q.heir("a").is_none());
-        q.record = Some((
-            Record {
-                t: "a".into(),
-                ..Record::default()
-            },
-            5,
-        ));
-        assert_eq!(q.heir("a").map(|e| e.token.as_str()), Some("b"));
-        // A waiter cannot hand over, nor can the last entry.
-        assert!(q.heir("b").is_none());
-        assert!(q.heir("c").is_none());
-        // A waiter without a spare lease, for several names, or shared: it takes the lock
-        // itself.
-        q.entries[1].entry.s = 0;
-        assert!(q.heir("a").is_none());
-        q.entries[1].entry.s = 42;
-        q.entries[1].entry.n.push("m".into());
-        assert!(q.heir("a").is_none());
-        q.entries[1].entry.n.pop();
-        q.entries[1].entry.m = Mode::Shared.code();
-        assert!(q.heir("a").is_none());
-        // A sharer holding hands over to nobody.
-        q.entries[1].entry.m = Mode::Exclusive.code();
-        q.entries[0].entry.m = Mode::Shared.code();
-        assert!(q.heir("a").is_none());
-    }
-
-    #[test]
-    fn previous_comes_from_the_record() {
-        let mut q = queue(vec![]);
-        assert_eq!(q.previous(), Previous::None);
-        q.record = Some((
-            Record {
-                t: "old".into(),
-                ..Record::default()
-            },
-            10,
-        ));
-        assert_eq!(q.previous(), Previous::Expired);
-        assert_eq!(q.last_fence(), 10);
-        q.record.as_mut().unwrap().0.r = true;
-        q.record.as_mut().unwrap().0.f = Some(10);
-        assert_eq!(q.previous(), Previous::Released);
-        // A sharer still holding passes on what it was told.
-        q.record = Some((
-            Record {
-                t: "s1".into(),
-                p: "released".into(),
-                o: 100,
-                ..Record::default()
-            },
-            12,
-        ));
-        q.entries.push(seen("s1", Mode::Shared, true, 12));
-        assert_eq!(q.previous(), Previous::Released);
-        assert_eq!(q.last_fence(), 112);
-    }
-
-    #[test]
     fn lease_ttl_rounds_up_to_whole_seconds() {
         use std::time::Duration;
         assert_eq!(lease_secs(Duration::from_millis(1)), 1);
         assert_eq!(lease_secs(Duration::from_millis(1500)), 2);
         assert_eq!(lease_secs(Duration::from_secs(30)), 30);
         assert_eq!(lease_secs(Duration::ZERO), 1);
+    }
+
+    /// The stored JSON is shared with every other dlock version on the same cluster: the
+    /// short keys are the format, whatever the Rust fields are called.
+    #[test]
+    fn the_stored_json_keeps_its_keys() {
+        let waiter = Entry {
+            mode: "x".into(),
+            lease_ttl: 5,
+            names: vec!["a".into()],
+            meta: "{}".into(),
+            spare: 7,
+            spare_ttl: 30,
+            ..Entry::default()
+        };
+        let held = Entry {
+            held: true,
+            offset: 2,
+            fence: Some(9),
+            behind: vec![Behind {
+                token: "tok".into(),
+                create: 3,
+                modrev: 4,
+                entry: waiter.clone(),
+            }],
+            ..waiter.clone()
+        };
+        let waiter_json = r#"{"m":"x","h":false,"o":0,"t":5,"n":["a"],"meta":"{}","s":7,"st":30}"#;
+        assert_eq!(String::from_utf8(encode(&waiter)).unwrap(), waiter_json);
+        assert_eq!(
+            String::from_utf8(encode(&held)).unwrap(),
+            format!(
+                r#"{{"m":"x","h":true,"o":2,"f":9,"t":5,"n":["a"],"meta":"{{}}","s":7,"st":30,"q":[{{"k":"tok","c":3,"v":4,"e":{waiter_json}}}]}}"#
+            )
+        );
+        let record = Record {
+            holder: "tok".into(),
+            previous: "released".into(),
+            released: true,
+            offset: 1,
+            fence: Some(8),
+        };
+        assert_eq!(
+            String::from_utf8(encode(&record)).unwrap(),
+            r#"{"t":"tok","p":"released","r":true,"o":1,"f":8}"#
+        );
+        assert_eq!(
+            String::from_utf8(encode(&Record::default())).unwrap(),
+            r#"{"t":"","p":"","r":false,"o":0}"#
+        );
     }
 }

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 
 use super::Inner;
-use super::layout::{Blocker, Seen};
+use super::view::{Blocker, Seen};
 use crate::store::Listener;
 
 pub struct Predecessor {
@@ -47,7 +47,7 @@ impl Predecessor {
 
     /// Until the blocker is deleted (or the watch ends).
     async fn deleted(&mut self) {
-        let block = self.inner.blocks.lock().unwrap().get(&self.token).cloned();
+        let block = self.inner.token(&self.token, |t| t.block.clone());
         let Some(block) = block else {
             // Nothing known to wait for: the caller's bound turns this into a poll.
             return std::future::pending().await;
@@ -129,7 +129,7 @@ impl Predecessor {
 }
 
 /// `resp` holds the put of a handover to this waiter: keep the entry for the next attempt,
-/// which then holds without asking etcd (see `grant::follow`).
+/// which then holds without asking etcd (see `handover::follow`).
 fn note_handover(
     inner: &Inner,
     token: &str,
@@ -146,15 +146,17 @@ fn note_handover(
         .filter_map(|e| e.kv())
         .filter(|kv| kv.key() == own.as_slice())
         .filter_map(Seen::from_kv)
-        .find(|s| s.entry.h && s.lease == *spare);
+        .find(|s| s.entry.held && s.lease == *spare);
     let Some(handed) = handed else {
         return false;
     };
-    if let Some(b) = inner.blocks.lock().unwrap().get_mut(token) {
-        b.handed = Some(handed);
-        return true;
-    }
-    false
+    inner.token(token, |t| match t.block.as_mut() {
+        Some(b) => {
+            b.handed = Some(handed);
+            true
+        }
+        None => false,
+    })
 }
 
 #[async_trait]

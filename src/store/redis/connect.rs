@@ -4,9 +4,9 @@
 use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
 use super::classify;
+use crate::store::tls::Files;
 use crate::store::url::{HostPort, ServerUrl};
 use crate::store::{StoreError, StoreResult};
-use crate::tls::Files;
 
 /// How to reach one host of the URL.
 pub(super) fn connection_info(
@@ -52,7 +52,7 @@ pub(super) fn connection_info(
         .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
 }
 
-/// The certificates of a `rediss://` URL (see `crate::tls::take_files`).
+/// The certificates of a `rediss://` URL (see `crate::store::tls::take_files`).
 pub(super) fn certificates(files: &Files) -> redis::TlsCertificates {
     redis::TlsCertificates {
         client_tls: files.identity.clone().map(|(client_cert, client_key)| {

@@ -28,10 +28,9 @@ use connect::{certificates, client, connection_info};
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreError,
-    StoreResult, Waiter,
+    Acquire, Attempt, Granted, Holder, Listener, LockState, MAX_POLL, Mode, Previous, Store,
+    StoreError, StoreResult, Waiter,
 };
-use crate::engine::MAX_POLL;
 
 macro_rules! script {
     ($file:literal) => {
@@ -128,7 +127,7 @@ impl RedisStore {
                 ))
             })?),
         };
-        let tls = crate::tls::take_files(&mut url, "a rediss:// URL")?;
+        let tls = crate::store::tls::take_files(&mut url, "a rediss:// URL")?;
         url.reject_unknown_params().map_err(StoreError::invalid)?;
         let infos = url
             .hosts

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use zookeeper_client::{Client, CreateMode, Error, MultiWriteError, MultiWriteResult};
 
-use super::layout::{Paths, Verdict, entry_data, judge};
+use super::layout::{Paths, entry_data};
 use super::{CONTENTION, Held, Hold, Inner, Mine, View, bad_path, classify, ms};
+use crate::store::queue::{Turn, turn};
 use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreResult};
 
 impl Inner {
@@ -32,17 +33,26 @@ impl Inner {
             retry_after = None;
             for (i, v) in views.iter().enumerate() {
                 let live: Vec<&Held> = held[i].iter().filter(|h| h.left_ms > 0).collect();
-                let mut ahead: Vec<(&str, Mode)> = live
-                    .iter()
-                    .map(|h| (h.child.node.as_str(), h.child.mode))
-                    .collect();
+                // Ahead of us: what cannot be read (as exclusive holders), the live detached
+                // holders, then the queue entries before ours, in order.
+                let mut ahead: Vec<(&str, Option<Mode>)> =
+                    v.undecodable.iter().map(|n| (n.as_str(), None)).collect();
+                ahead.extend(
+                    live.iter()
+                        .map(|h| (h.child.node.as_str(), Some(h.child.mode))),
+                );
                 for ch in v.children.iter().filter(|ch| ch.queued()) {
                     if ch.node == own[i] {
                         break;
                     }
-                    ahead.push((&ch.node, ch.mode));
+                    ahead.push((&ch.node, Some(ch.mode)));
                 }
-                if let Verdict::Wait(nodes) = judge(req.mode, &ahead) {
+                let nodes = match turn(req.mode, &ahead) {
+                    Turn::Hold => None,
+                    Turn::After(node) => Some(vec![node]),
+                    Turn::Slots(nodes) => Some(nodes),
+                };
+                if let Some(nodes) = nodes {
                     watch.extend(nodes.iter().map(|n| self.paths.child(&req.names[i], n)));
                     // A detached holder's lease ends without any event: look again by then.
                     for h in &live {

@@ -1,4 +1,5 @@
-//! What dlock keeps in ZooKeeper, and the queue rule, without any I/O.
+//! What dlock keeps in ZooKeeper, and how to read it back, without any I/O (the queue rule
+//! itself is `crate::store::queue`, shared with etcd).
 //!
 //! Per namespace one base node, `{chroot}/dlock/{namespace}`; touching it (an empty setData)
 //! is how we read the server's clock, since liveness of a detached lease must never be judged
@@ -108,6 +109,16 @@ pub fn parse_children(nodes: &[String]) -> Vec<Child> {
     out
 }
 
+/// The children this version cannot read (damaged, or of a later version). The queue rule
+/// counts each as an exclusive holder ahead of everyone: it blocks rather than admits.
+pub fn undecodable(nodes: &[String]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter(|n| Child::parse(n).is_none())
+        .cloned()
+        .collect()
+}
+
 /// The per-name record, the name node's data.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -149,49 +160,6 @@ pub fn parse_entry(data: &[u8]) -> (u64, String) {
     }
 }
 
-/// What an entry should do, given what is ahead of it.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Admit,
-    /// Blocked; watch these nodes (a few, never the whole queue: no herd).
-    Wait(Vec<String>),
-}
-
-/// The queue rule. `ahead`: the live detached holders, then the queue entries before ours, in
-/// order. An entry may hold when its mode admits everything ahead of it (waiters ahead count:
-/// they will hold before us, which is what makes the queue fair).
-///
-/// What to watch keeps the classic recipes: an exclusive waiter watches the entry just ahead; a
-/// shared one the nearest entry ahead it cannot share with (the read/write lock); a `limit K`
-/// one its K nearest predecessors, since it may hold as soon as any of those goes, and no
-/// change further ahead can admit it before one of them goes.
-pub fn judge(mode: Mode, ahead: &[(&str, Mode)]) -> Verdict {
-    if mode.admits(ahead.iter().map(|a| a.1)) {
-        return Verdict::Admit;
-    }
-    let clashes = |m: Mode| {
-        !matches!(
-            (mode, m),
-            (Mode::Shared, Mode::Shared) | (Mode::Limit(_), Mode::Limit(_))
-        )
-    };
-    if let Some((node, _)) = ahead.iter().rev().find(|a| clashes(a.1)) {
-        return Verdict::Wait(vec![node.to_string()]);
-    }
-    let k = match mode {
-        Mode::Limit(k) => k.max(1) as usize,
-        _ => 1,
-    };
-    Verdict::Wait(
-        ahead
-            .iter()
-            .rev()
-            .take(k)
-            .map(|a| a.0.to_string())
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +192,7 @@ mod tests {
         assert_eq!(c[2].seq, None);
         assert_eq!(c[2].mode, Shared);
         assert_eq!(c[2].token, T);
+        assert_eq!(undecodable(&nodes), ["junk", "q-x-nothex-0000000001"]);
     }
 
     #[test]
@@ -242,46 +211,5 @@ mod tests {
             (3000, "{\"a\":\"|\"}".to_string())
         );
         assert_eq!(parse_entry(b"garbage").0, 0);
-    }
-
-    #[test]
-    fn exclusive_waits_for_its_predecessor_only() {
-        assert_eq!(judge(Exclusive, &[]), Verdict::Admit);
-        let ahead = [("a", Exclusive), ("b", Shared), ("c", Exclusive)];
-        assert_eq!(judge(Exclusive, &ahead), Verdict::Wait(vec!["c".into()]));
-    }
-
-    #[test]
-    fn readers_share_and_wait_for_the_nearest_writer() {
-        assert_eq!(
-            judge(Shared, &[("a", Shared), ("b", Shared)]),
-            Verdict::Admit
-        );
-        let ahead = [
-            ("w1", Exclusive),
-            ("r1", Shared),
-            ("w2", Exclusive),
-            ("r2", Shared),
-        ];
-        assert_eq!(judge(Shared, &ahead), Verdict::Wait(vec!["w2".into()]));
-        // A writer queued ahead blocks later readers even while readers hold: fair.
-        assert_eq!(
-            judge(Shared, &[("r", Shared), ("w", Exclusive)]),
-            Verdict::Wait(vec!["w".into()])
-        );
-    }
-
-    #[test]
-    fn limit_watches_its_k_nearest_predecessors() {
-        assert_eq!(judge(Limit(2), &[("a", Limit(2))]), Verdict::Admit);
-        let ahead = [("a", Limit(2)), ("b", Limit(2)), ("c", Limit(2))];
-        assert_eq!(
-            judge(Limit(2), &ahead),
-            Verdict::Wait(vec!["c".into(), "b".into()])
-        );
-        assert_eq!(
-            judge(Limit(2), &[("x", Exclusive), ("a", Limit(2))]),
-            Verdict::Wait(vec!["x".into()])
-        );
     }
 }

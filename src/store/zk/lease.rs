@@ -185,6 +185,14 @@ impl Inner {
                         .map_err(bad_path)?;
                     ops += 1;
                 }
+                // A child this version cannot read counts as a holder (see
+                // `crate::store::queue`): forcing the lock free drops it too, or nothing could.
+                for node in &v.undecodable {
+                    any = true;
+                    w.add_delete(&self.paths.child(name, node), None)
+                        .map_err(bad_path)?;
+                    ops += 1;
+                }
                 for ch in v.children.iter().filter(|ch| ch.queued()) {
                     if v.record.open.contains_key(&ch.token) {
                         any = true;

@@ -92,6 +92,8 @@ struct View {
     version: i32,
     /// Queue entries in FIFO order, then detached holders.
     children: Vec<Child>,
+    /// Children this version cannot read: each blocks like an exclusive holder.
+    undecodable: Vec<String>,
     /// Our own queue entry's stat, when asked for (None: it is gone).
     own: Option<Stat>,
 }
@@ -260,8 +262,8 @@ impl Inner {
                 Some(MultiReadResult::Error { err }) => return Err(classify(err, "read the lock")),
                 _ => return Err(malformed()),
             };
-            let children = match it.next() {
-                Some(MultiReadResult::Children { children }) => layout::parse_children(&children),
+            let nodes = match it.next() {
+                Some(MultiReadResult::Children { children }) => children,
                 Some(MultiReadResult::Error { err: Error::NoNode }) => Vec::new(),
                 Some(MultiReadResult::Error { err }) => return Err(classify(err, "read the lock")),
                 _ => return Err(malformed()),
@@ -282,7 +284,8 @@ impl Inner {
                 exists,
                 record,
                 version,
-                children,
+                children: layout::parse_children(&nodes),
+                undecodable: layout::undecodable(&nodes),
                 own,
             });
         }

@@ -1,21 +1,31 @@
 //! The etcd store: one etcd cluster (`etcd://h:2379,h:2379`, `etcds://` for TLS).
 //!
 //! A lease is an etcd lease whose ttl is the lock's, rounded up to whole seconds; a grant is
-//! one transaction that puts the holder's key under it only if nothing it read has changed
-//! (see `layout` for the keys and the rules, `grant` for the transactions). Expiry is etcd's
-//! own: a holder that stops renewing loses its key with its lease, and the next grant learns
-//! from the record that it expired. Waiters queue by create revision and each watches only
-//! the key that blocks it (`watch`), so a release wakes one exclusive waiter, not the herd;
-//! a release that knows that waiter hands it the lock in its own transaction (`grant`).
+//! one transaction that puts the holder's key under it only if nothing it read has changed.
+//! Expiry is etcd's own: a holder that stops renewing loses its key with its lease, and the
+//! next grant learns from the record that it expired. Waiters queue by create revision and
+//! each watches only the key that blocks it, so a release wakes one exclusive waiter, not the
+//! herd; a release that knows that waiter hands it the lock in its own transaction.
+//!
+//! The files split the way etcd's own `client/v3/concurrency` splits `session.go` from
+//! `mutex.go`: `lease` keeps leases (grants, keep-alives, the pool, waiters' spares), and the
+//! recipes use them without reckoning lease timing: `grant` takes the lock or queues,
+//! `handover` passes it from a release to the waiter behind, `release` renews, releases,
+//! forces and raises fences. `layout` holds the keys and stored values, `view` what a read
+//! shows and the rules decided from it, `watch` a waiter's wake-up, `conn` the connection.
+//! This file holds the store itself, its reads, and the state it keeps per token.
 
 mod conn;
 mod grant;
+mod handover;
 mod layout;
-mod pool;
+mod lease;
+mod release;
+mod view;
 mod watch;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,27 +38,15 @@ use super::{
     Acquire, Attempt, Holder, Listener, LockState, Store, StoreError, StoreResult, Waiter,
 };
 use conn::Endpoints;
-use layout::{Blocker, Layout, Queue, Seen};
-use pool::{Free, Pool};
+use layout::Layout;
+use lease::{Free, Pool, Waiting};
+use view::{Blocker, Queue, Seen};
 
 /// One name's queue and record at one revision, per name in request order.
 #[derive(Clone)]
 struct Snapshot {
     rev: i64,
     queues: Vec<Queue>,
-}
-
-/// A waiter's queue entries live on a short lease of their own, kept alive by its attempts
-/// (at least every `MAX_POLL`), so a waiter killed with SIGKILL leaves the queue in seconds
-/// (unless a release hands it the lock first: then its spare runs out within a ttl).
-const WAIT_TTL: i64 = 5;
-const WAIT_RENEW: Duration = Duration::from_secs(1);
-
-struct Waiting {
-    lease: i64,
-    ttl: i64,
-    /// Sent no later than the grant or keep-alive that last set its ttl going.
-    renewed: Instant,
 }
 
 /// What this process last wrote for a lease it holds: enough to release it in one
@@ -88,15 +86,36 @@ struct Inner {
     desc: String,
     /// The server's smallest lease ttl, once a grant revealed it (etcd raises shorter ones).
     min_ttl: AtomicI64,
-    waiting: Mutex<HashMap<String, Waiting>>,
-    /// A holder's lease granted ahead for a queued waiter and named in its entry, so the
-    /// grant that ends its wait need not write one: a release may hand the lock over on it,
-    /// or a keep-alive, sent with the grant's read, starts its ttl afresh; neither costs a
-    /// consensus round.
-    spare: Mutex<HashMap<String, Free>>,
     pool: Pool,
-    held: Mutex<HashMap<String, Held>>,
-    blocks: Mutex<HashMap<String, Block>>,
+    /// What this process keeps per token, under one lock: a token's steps (queue, be handed
+    /// the lock, hold, release) read and change several parts of it together.
+    tokens: Mutex<HashMap<String, Token>>,
+}
+
+/// What this process keeps for one token on this store. A token with none of it has no
+/// entry in `Inner::tokens`.
+#[derive(Default)]
+struct Token {
+    /// While queued: the lease its entries live on.
+    waiting: Option<Waiting>,
+    /// While queued: a holder's lease granted ahead and named in its entry, so the grant
+    /// that ends its wait need not write one: a release may hand the lock over on it, or a
+    /// keep-alive, sent with the grant's read, starts its ttl afresh; neither costs a
+    /// consensus round.
+    spare: Option<Free>,
+    /// While queued: what its listener watches.
+    block: Option<Block>,
+    /// While holding: what it last wrote, for its release.
+    held: Option<Held>,
+}
+
+impl Token {
+    fn is_idle(&self) -> bool {
+        self.waiting.is_none()
+            && self.spare.is_none()
+            && self.block.is_none()
+            && self.held.is_none()
+    }
 }
 
 impl EtcdStore {
@@ -113,11 +132,8 @@ impl EtcdStore {
                 layout: Layout::new(namespace),
                 desc: url.to_string(),
                 min_ttl: AtomicI64::new(0),
-                waiting: Mutex::new(HashMap::new()),
-                spare: Mutex::new(HashMap::new()),
                 pool: Pool::default(),
-                held: Mutex::new(HashMap::new()),
-                blocks: Mutex::new(HashMap::new()),
+                tokens: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -174,121 +190,31 @@ impl Inner {
         Ok(out)
     }
 
-    /// A lease of `secs` (or the server's least ttl): from the pool if it has one, else new.
-    async fn lease_for(&self, secs: i64, fresh: Option<Duration>) -> StoreResult<Free> {
-        let secs = secs.max(self.min_ttl.load(Ordering::Relaxed));
-        match self.pool.take(secs, fresh) {
-            Some(l) => Ok(l),
-            None => self.new_lease(secs).await,
-        }
-    }
-
-    /// Grant an etcd lease of at least `secs`, with the ttl etcd gave it.
-    async fn new_lease(&self, secs: i64) -> StoreResult<Free> {
-        let sent = Instant::now();
-        let resp = self
-            .lease_call(|mut lease| async move { lease.grant(secs, None).await })
-            .await?;
-        if resp.ttl() > secs {
-            self.min_ttl.fetch_max(resp.ttl(), Ordering::Relaxed);
-        }
-        Ok(Free {
-            id: resp.id(),
-            ttl: resp.ttl(),
-            renewed: Some(sent),
-        })
-    }
-
-    /// Keep a lease that holds no keys for the next waiter (see `pool`).
-    fn recycle(&self, lease: Free) {
-        if let Some(id) = self.pool.put(lease) {
-            self.revoke_later(id);
-        }
-    }
-
-    /// One keep-alive. `Ok(false)`: the lease is gone.
-    async fn keep_alive(&self, id: i64) -> StoreResult<bool> {
-        self.lease_call(|mut lease| async move {
-            match lease.keep_alive(id).await {
-                // Dropping the keeper and its stream ends the gRPC stream: one renewal.
-                Ok(_) => Ok(true),
-                // The crate raises this variant here only when etcd's first answer has ttl 0,
-                // its word for a lease it no longer has (its one other source, a send into
-                // the channel it has just made, cannot fail).
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-                Err(e) => Err(e),
+    /// Read or change what this process keeps for `token`, under the one lock.
+    fn token<R>(&self, token: &str, f: impl FnOnce(&mut Token) -> R) -> R {
+        let mut tokens = self.tokens.lock().unwrap();
+        match tokens.get_mut(token) {
+            Some(t) => {
+                let r = f(t);
+                if t.is_idle() {
+                    tokens.remove(token);
+                }
+                r
             }
-        })
-        .await
-    }
-
-    async fn revoke(&self, id: i64) {
-        let _ = self
-            .lease_call(|mut lease| async move { lease.revoke(id).await })
-            .await;
-    }
-
-    /// Seconds left on a lease (negative: gone).
-    async fn ttl_left(&self, id: i64) -> StoreResult<i64> {
-        let resp = self
-            .lease_call(|mut lease| async move { lease.time_to_live(id, None).await })
-            .await?;
-        Ok(resp.ttl())
-    }
-
-    /// One request to the lease service, retried on another member as `Endpoints::call` does.
-    async fn lease_call<T, F, Fut>(&self, request: F) -> StoreResult<T>
-    where
-        F: Fn(etcd_client::LeaseClient) -> Fut,
-        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
-    {
-        let lease = self.conn.client.lease_client();
-        self.conn.call(|| request(lease.clone())).await
-    }
-
-    /// Revoke a lease nobody needs any more, without waiting for it: if this process ends
-    /// first, the lease (with no keys left on it) simply runs out.
-    fn revoke_later(&self, lease: i64) {
-        let mut client = self.conn.client.lease_client();
-        tokio::spawn(async move {
-            let _ = client.revoke(lease).await;
-        });
-    }
-
-    /// `token` waits no more on this store: forget its watch target and drop its waiting
-    /// lease (revoked: its entries, if any are left, go with it). Its spare is returned, not
-    /// pooled: a release may have handed the lock over on it, so it is pooled only once the
-    /// caller knows it holds no keys.
-    fn done_waiting(&self, token: &str) -> Option<Free> {
-        self.blocks.lock().unwrap().remove(token);
-        let waiting = self.waiting.lock().unwrap().remove(token);
-        if let Some(w) = waiting {
-            self.revoke_later(w.lease);
-        }
-        self.spare.lock().unwrap().remove(token)
-    }
-
-    /// `token` was granted: its entries moved to the holder's lease, so its waiting lease
-    /// holds nothing any more and is kept for another waiter, as is an unused spare.
-    fn granted_after_wait(&self, token: &str) {
-        self.blocks.lock().unwrap().remove(token);
-        let waiting = self.waiting.lock().unwrap().remove(token);
-        if let Some(w) = waiting {
-            self.recycle(Free {
-                id: w.lease,
-                ttl: w.ttl,
-                renewed: Some(w.renewed),
-            });
-        }
-        let spare = self.spare.lock().unwrap().remove(token);
-        if let Some(l) = spare {
-            self.recycle(l);
+            None => {
+                let mut t = Token::default();
+                let r = f(&mut t);
+                if !t.is_idle() {
+                    tokens.insert(token.to_string(), t);
+                }
+                r
+            }
         }
     }
 
     /// The state of one name as `inspect` shows it, with each holder's lease ttl from etcd.
     async fn state(&self, name: &str, q: &Queue) -> StoreResult<LockState> {
-        let holders: Vec<&Seen> = q.entries.iter().filter(|e| e.entry.h).collect();
+        let holders: Vec<&Seen> = q.entries.iter().filter(|e| e.entry.held).collect();
         let ttls =
             futures_util::future::join_all(holders.iter().map(|e| self.ttl_left(e.lease))).await;
         let mut out = LockState {
@@ -314,7 +240,7 @@ impl Inner {
         out.waiters = q
             .entries
             .iter()
-            .filter(|e| !e.entry.h)
+            .filter(|e| !e.entry.held)
             .map(|e| Waiter {
                 owner: crate::names::owner_id(&e.token),
                 mode: e.mode(),
@@ -399,7 +325,7 @@ impl Store for EtcdStore {
         let names: Vec<String> = resp
             .kvs()
             .iter()
-            .filter(|kv| Seen::from_kv(kv).is_some_and(|s| s.entry.h))
+            .filter(|kv| Seen::read(kv).entry.held)
             .filter_map(|kv| inner.layout.name_of_entry(kv.key()))
             .collect();
         super::held_states(self, names).await

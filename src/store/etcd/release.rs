@@ -1,0 +1,263 @@
+//! The writes on a lease once granted: renew, release (which may hand the lock over, see
+//! `handover`), force and raise the fence. Each is one etcd transaction guarded by the
+//! revisions it read, as the grant is (see `grant`).
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+
+use super::Inner;
+use super::grant::ROUNDS;
+use super::layout::{Entry, Record, encode, lease_secs};
+use super::lease::Free;
+use crate::store::{ErrorKind, StoreError, StoreResult};
+
+/// How long what a grant read stays good enough for its release to act on without reading.
+const FRESH: Duration = Duration::from_millis(20);
+
+impl Inner {
+    pub(super) async fn renew(
+        &self,
+        names: &[String],
+        token: &str,
+        ttl: Duration,
+    ) -> StoreResult<bool> {
+        let seen = self.entries(names, token).await?;
+        let Some(seen) = seen
+            .into_iter()
+            .map(|s| s.filter(|s| s.entry.held))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(false);
+        };
+        let leases: HashSet<i64> = seen.iter().map(|s| s.lease).collect();
+        for &lease in &leases {
+            if !self.keep_alive(lease).await? {
+                return Ok(false);
+            }
+        }
+        let want = lease_secs(ttl).max(self.min_ttl.load(Ordering::Relaxed));
+        if seen.iter().all(|s| s.entry.lease_ttl == want) {
+            return Ok(true);
+        }
+        // Another ttl: move the keys to a lease of that ttl, if they are still ours.
+        self.token(token, |t| t.held = None);
+        let Free {
+            id, ttl: granted, ..
+        } = self.new_lease(want).await?;
+        let mut cmps = Vec::new();
+        let mut ops = Vec::new();
+        for s in &seen {
+            cmps.push(Compare::create_revision(
+                s.key.clone(),
+                CompareOp::Equal,
+                s.create,
+            ));
+            let entry = Entry {
+                fence: Some(s.fence()),
+                lease_ttl: granted,
+                ..s.entry.clone()
+            };
+            ops.push(TxnOp::put(
+                s.key.clone(),
+                encode(&entry),
+                Some(PutOptions::new().with_lease(id)),
+            ));
+        }
+        let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+        if !resp.succeeded() {
+            self.revoke_later(id);
+            return Ok(false);
+        }
+        // The old lease may be dropped only if no other name of its grant still hangs on it.
+        for lease in leases {
+            let on_it = seen.iter().filter(|s| s.lease == lease);
+            if on_it
+                .flat_map(|s| &s.entry.names)
+                .all(|n| names.contains(n))
+            {
+                self.revoke(lease).await;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Delete `token`'s entries, owner-checked. The last exclusive grant of one name hands
+    /// the lock to the waiter right behind it in the same transaction (see `Queue::heir`):
+    /// it puts that waiter's entry, as held, on the waiter's spare lease, and writes the
+    /// record as that waiter's grant would. The heir learns it holds from its watch, so a
+    /// handoff costs one consensus write, not two. Without an heir, the last grant's
+    /// record is marked released, for its successor to report.
+    pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+        let spare = self.done_waiting(token);
+        let held = self.token(token, |t| t.held.take());
+        let renewed = held.as_ref().and_then(|h| h.renewed);
+        // What the grant read shows the waiters queued by then. When it shows no heir, one
+        // read finds any that queued since: after a longer hold, or when a handover passed on
+        // too few (the end of a run of handovers). Handing over saves the waiter behind a
+        // read and a write of its own.
+        let mut cached = held
+            .filter(|h| h.names == names)
+            .filter(|h| {
+                h.snap.queues.iter().any(|q| q.heir(token).is_some())
+                    || (h.whole && h.at.elapsed() < FRESH)
+            })
+            .map(|h| h.snap);
+        let mut hand_over = true;
+        for _ in 0..ROUNDS {
+            let snap = match cached.take() {
+                Some(snap) => snap,
+                None => self.read(names).await?,
+            };
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            let mut held = false;
+            let mut leases = Vec::new();
+            for (name, q) in names.iter().zip(&snap.queues) {
+                let Some(e) = q.find(token) else { continue };
+                cmps.push(Compare::create_revision(
+                    e.key.clone(),
+                    CompareOp::Equal,
+                    e.create,
+                ));
+                ops.push(TxnOp::delete(e.key.clone(), None));
+                if e.entry.names.iter().all(|n| names.contains(n))
+                    && !leases.iter().any(|(l, _)| *l == e.lease)
+                {
+                    leases.push((e.lease, e.entry.held.then_some(e.entry.lease_ttl)));
+                }
+                if !e.entry.held {
+                    continue;
+                }
+                held = true;
+                let Some((rec, _)) = q.record.as_ref().filter(|(r, _)| r.holder == token) else {
+                    continue;
+                };
+                cmps.push(self.record_unchanged(name, q));
+                match q.heir(token).filter(|_| hand_over) {
+                    Some(heir) => {
+                        cmps.push(Compare::mod_revision(
+                            heir.key.clone(),
+                            CompareOp::Equal,
+                            heir.modrev,
+                        ));
+                        ops.extend(self.hand_to(q, heir, name, rec.offset));
+                    }
+                    // The last lease granted ends cleanly: its successor will be told so.
+                    None => {
+                        let rec = Record {
+                            released: true,
+                            fence: Some(e.fence()),
+                            ..rec.clone()
+                        };
+                        ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
+                    }
+                }
+            }
+            if ops.is_empty() {
+                if let Some(l) = spare {
+                    self.recycle(l);
+                }
+                return Ok(false);
+            }
+            let resp = match self.txn(Txn::new().when(cmps).and_then(ops)).await {
+                // The heir's spare ran out (its process stalled or ended): it takes the lock
+                // itself, if it is still there.
+                Err(e) if hand_over && e.kind() == ErrorKind::LeaseGone => {
+                    hand_over = false;
+                    continue;
+                }
+                r => r?,
+            };
+            if resp.succeeded() {
+                // The delete above is what frees the lock (and wakes the next waiter). A
+                // holder's lease has no keys left and is kept for the next waiter; a waiting
+                // lease, whose ttl is not on record, is revoked without holding up the caller.
+                if let Some(l) = spare.filter(|l| !leases.iter().any(|(id, _)| *id == l.id)) {
+                    self.recycle(l);
+                }
+                for (id, ttl) in leases {
+                    match ttl {
+                        Some(ttl) => self.recycle(Free {
+                            id,
+                            ttl,
+                            renewed: renewed.filter(|(l, _)| *l == id).map(|(_, r)| r),
+                        }),
+                        None => self.revoke_later(id),
+                    }
+                }
+                return Ok(held);
+            }
+        }
+        Err(contended("release"))
+    }
+
+    pub(super) async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        for _ in 0..ROUNDS {
+            let snap = self.read(names).await?;
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            for e in snap.queues.iter().flat_map(|q| &q.entries) {
+                if e.entry.held {
+                    cmps.push(Compare::create_revision(
+                        e.key.clone(),
+                        CompareOp::Equal,
+                        e.create,
+                    ));
+                    ops.push(TxnOp::delete(e.key.clone(), None));
+                }
+            }
+            if ops.is_empty() {
+                return Ok(false);
+            }
+            // The record is left as it is: the next grant sees that its predecessor did not
+            // release, and reports it expired.
+            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if resp.succeeded() {
+                return Ok(true);
+            }
+        }
+        Err(contended("force release"))
+    }
+
+    /// Make every later fence of `names` exceed `fences`: a later grant's revision is above
+    /// the revision of this write, so an offset of (fence - the revision read) is enough.
+    pub(super) async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        for _ in 0..ROUNDS {
+            let snap = self.read(names).await?;
+            let rev = snap.rev.max(0) as u64;
+            let mut cmps = Vec::new();
+            let mut ops = Vec::new();
+            for ((name, q), &fence) in names.iter().zip(&snap.queues).zip(fences) {
+                if rev + 1 + q.offset() > fence {
+                    continue;
+                }
+                let mut rec = q
+                    .record
+                    .as_ref()
+                    .map(|(r, _)| r.clone())
+                    .unwrap_or_default();
+                rec.offset = fence - rev;
+                rec.fence = Some(q.last_fence().max(fence));
+                cmps.push(self.record_unchanged(name, q));
+                ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
+            }
+            if ops.is_empty() {
+                return Ok(());
+            }
+            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(contended("raise the fence"))
+    }
+}
+
+fn contended(what: &str) -> StoreError {
+    StoreError::unavailable(format!(
+        "etcd: could not {what}: the lock changed on every try"
+    ))
+}
