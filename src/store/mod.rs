@@ -17,6 +17,14 @@ pub mod redis;
 pub mod url;
 pub mod zk;
 
+// Test-only parts: the contract as a suite, and the stores the engine's unit tests run on.
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod fault;
+#[cfg(any(test, feature = "conformance"))]
+pub mod memory;
+
 use std::sync::Arc;
 use std::time::Duration;
 
