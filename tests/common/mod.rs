@@ -12,6 +12,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Fail (never skip) when a server binary is missing.
@@ -31,6 +32,38 @@ pub fn require(binary: &str, package: &str) -> PathBuf {
     panic!(
         "`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)"
     );
+}
+
+/// Servers shared by every test of one binary, stopped (dropped) when the binary exits.
+static SHARED: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_shared() {
+    let servers = std::mem::take(&mut *SHARED.lock().unwrap_or_else(|p| p.into_inner()));
+    drop(servers);
+}
+
+/// A server started once for every test of this binary that asks for it (the first caller
+/// starts it, the others wait), and stopped when the binary exits. Tests get only its URL,
+/// so nothing can use the server after it is stopped.
+pub fn shared<S: Send + 'static>(
+    cell: &'static OnceLock<String>,
+    start: impl FnOnce() -> S,
+    url: impl FnOnce(&S) -> String,
+) -> &'static str {
+    cell.get_or_init(|| {
+        static AT_EXIT: Once = Once::new();
+        // SAFETY: registers a plain function to run when the process exits.
+        AT_EXIT.call_once(|| unsafe {
+            libc::atexit(stop_shared);
+        });
+        let server = start();
+        let u = url(&server);
+        SHARED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(server));
+        u
+    })
 }
 
 /// A port nobody listens on right now.
