@@ -242,3 +242,56 @@ async fn renewal_by_a_minority_is_lost() {
     assert!(matches!(r, Err(EngineError::Lost(_))), "{r:?}");
     assert_eq!(lease.deadline, before, "the deadline moved");
 }
+
+/// Whether `req`'s token is queued on this store.
+async fn queued(m: &MemoryStore, req: &Acquire) -> bool {
+    let owner = crate::names::owner_id(&req.token);
+    let st = m.inspect(&req.names[0]).await.unwrap();
+    st.waiters.iter().any(|w| w.owner == owner)
+}
+
+/// A waiter queues on the stores that answered busy; when it gives up (its wait ran out, or
+/// the stores stayed unreachable past the outage grace) it leaves no entry on any of them.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
+    let m = stores();
+    let holder = request(TTL);
+    for s in &m {
+        assert!(matches!(
+            s.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+    }
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let engine = Arc::new(engine);
+    // Its wait runs out.
+    let req = request(TTL);
+    let r = engine
+        .acquire(&req, Wait::For(Duration::from_secs(2)))
+        .await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    for s in &m {
+        assert!(!queued(s, &req).await, "left queued on {}", s.describe());
+    }
+    // The stores go away while it waits: it rides out the grace, then gives up.
+    let req = request(TTL);
+    let waiting = tokio::spawn({
+        let (engine, req) = (engine.clone(), req.clone());
+        async move {
+            engine
+                .acquire(&req, Wait::For(Duration::from_secs(60)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(queued(&m[0], &req).await, "not queued");
+    for f in &faulty[1..] {
+        f.set(Fault::Error(ErrorKind::Unavailable));
+    }
+    let r = waiting.await.unwrap();
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    assert!(
+        !queued(&m[0], &req).await,
+        "left queued on the store that stayed"
+    );
+}
