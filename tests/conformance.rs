@@ -130,6 +130,7 @@ macro_rules! conformance {
                 grant_is_exclusive,
                 concurrent_attempts_grant_one,
                 expired_holders_are_dropped_inside_the_grant,
+                force_release_drops_every_holder,
                 release_checks_the_owner,
                 renew_checks_the_owner,
                 fences_rise,

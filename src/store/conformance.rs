@@ -203,29 +203,63 @@ pub async fn concurrent_attempts_grant_one(subject: &Subject) {
     assert_eq!(inspect(&*clients[0], "hot").await.holders.len(), 1);
 }
 
-/// A holder past its ttl is dropped by the next grant itself (no client clean-up), and never
-/// before its ttl.
+/// A holder past its ttl is dropped by the next grant itself (no client clean-up), never
+/// before its ttl, and only that holder: the others keep their slots.
 pub async fn expired_holders_are_dropped_inside_the_grant(subject: &Subject) {
     let ns = namespace("expiry");
     let ttl = subject.caps.short_ttl;
+    let slot = |ttl, detached| request(&["pool"], Mode::Limit(2), ttl, detached);
     // The short lease is another client's, as `dlock lock --ttl` in another process: a
     // ZooKeeper client keeps the session its first request set up (see `Caps::session_leases`).
-    let short = request(&["job"], Mode::Exclusive, ttl, true);
+    let short = slot(ttl, true);
     grant(&*subject.client(&ns).await, &short).await;
     let s = subject.client(&ns).await;
-    let next = exclusive("job");
-    busy(&*s, &next, "the holder's ttl has not run out").await;
-    let g = granted_after_expiry(&*s, &next, ttl).await;
-    assert_eq!(g[0].previous, Previous::Expired);
-    let st = inspect(&*s, "job").await;
-    assert_eq!(st.holders.len(), 1, "{st:?}");
-    assert_eq!(st.holders[0].owner, crate::names::owner_id(&next.token));
+    let long = slot(TTL, false);
+    grant(&*s, &long).await;
+    let next = slot(TTL, false);
+    busy(&*s, &next, "the short holder's ttl has not run out").await;
+    // How the previous lease ended is `previous_reads_released_then_expired`'s: with a
+    // co-holder still in, etcd answers what that co-holder's grant was told.
+    granted_after_expiry(&*s, &next, ttl).await;
+    busy(&*s, &slot(TTL, false), "the long holder still has its slot").await;
+    let st = inspect(&*s, "pool").await;
+    let mut owners: Vec<String> = st.holders.iter().map(|h| h.owner.clone()).collect();
+    owners.sort();
+    let mut want = vec![
+        crate::names::owner_id(&long.token),
+        crate::names::owner_id(&next.token),
+    ];
+    want.sort();
+    assert_eq!(owners, want, "{st:?}");
     // The expired holder's token no longer holds anything.
     assert!(
         !renew(&*s, &short, TTL).await,
         "an expired lease was renewed"
     );
     assert!(!release(&*s, &short).await, "an expired lease was released");
+}
+
+/// `force_release` drops every holder, whoever it is, and the next holder hears that its
+/// predecessor did not finish by itself; on a free name it finds nothing.
+pub async fn force_release_drops_every_holder(subject: &Subject) {
+    let s = subject.client(&namespace("force")).await;
+    let names = vec!["db".to_string()];
+    let (r1, r2) = (
+        request(&["db"], Mode::Shared, TTL, false),
+        request(&["db"], Mode::Shared, TTL, false),
+    );
+    grant(&*s, &r1).await;
+    grant(&*s, &r2).await;
+    assert!(within(s.force_release(&names)).await.expect("force"));
+    assert!(inspect(&*s, "db").await.holders.is_empty());
+    assert!(
+        !renew(&*s, &r1, TTL).await,
+        "a forced-out lease was renewed"
+    );
+    let g = grant(&*s, &exclusive("db")).await;
+    assert_eq!(g[0].previous, Previous::Expired);
+    let free = vec!["free".to_string()];
+    assert!(!within(s.force_release(&free)).await.expect("force"));
 }
 
 /// A stale or foreign token releases nothing; the holder's own release works once.
@@ -265,9 +299,18 @@ pub async fn renew_checks_the_owner(subject: &Subject) {
         !renew(&*s, &exclusive("job"), long).await,
         "a stranger renewed it"
     );
+    let fence = inspect(&*s, "job").await.holders[0].fence;
     assert!(renew(&*s, &a, long).await, "the holder could not renew");
-    let left = inspect(&*s, "job").await.holders[0].ttl_left_ms;
-    assert!(left > 20_000, "renewed to 50 s, yet {left} ms left");
+    let h = &inspect(&*s, "job").await.holders[0];
+    assert!(
+        h.ttl_left_ms > 20_000,
+        "renewed to 50 s, yet {} ms left",
+        h.ttl_left_ms
+    );
+    assert_eq!(
+        h.fence, fence,
+        "a renewal is the same lease, with the same fence"
+    );
     assert!(release(&*s, &a).await);
     assert!(!renew(&*s, &a, long).await, "a released lease was renewed");
     // A `run` lease: renewed by its owner only, wherever its expiry lives.

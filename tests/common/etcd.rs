@@ -124,7 +124,8 @@ impl EtcdServer {
             .filter(|n| n.child.is_some())
             .map(|n| self.endpoint(n))
             .collect();
-        let ok = wait_for(Duration::from_secs(20), || {
+        // Generous: a three-member cluster elects its leader slowly on a loaded machine.
+        let ok = wait_for(Duration::from_secs(60), || {
             self.etcdctl_at(&endpoints.join(","), &["endpoint", "health"])
                 .status
                 .success()
