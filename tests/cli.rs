@@ -128,6 +128,17 @@ fn every_command_speaks_json() {
 }
 
 #[test]
+fn list_prints_a_header_and_one_line_per_held_name() {
+    let env = Env::file();
+    for n in ["app/a", "app/b", "other"] {
+        assert_code(&env.run(&["lock", n]), 0);
+    }
+    assert_eq!(listed(&env, "app/"), ["app/a", "app/b"]);
+    let text = stdout(&env.run(&["list"]));
+    assert_eq!(text.lines().count(), 4, "{text}");
+}
+
+#[test]
 fn colour_only_when_asked_and_never_with_no_color() {
     let env = Env::file();
     assert_code(&env.run(&["lock", "a"]), 0);

@@ -1,11 +1,11 @@
-//! `--shared` (readers) and `--limit K` (a semaphore), on the file store and on Redis.
+//! `--shared` (readers) and `--limit K` (a semaphore) through the command line, on the
+//! default file store; the modes' rules on every store are in conformance.rs.
 
 mod common;
 
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::redis::RedisServer;
 use common::*;
 
 fn background(env: &Env, args: &[&str]) -> Child {
@@ -79,36 +79,6 @@ fn shared_on_the_file_store() {
 }
 
 #[test]
-fn shared_on_redis() {
-    let redis = RedisServer::start();
-    let env = Env::with_stores(vec![redis.url()]);
-    shared_holders_share_and_an_exclusive_one_waits_for_both(&env);
-    shared_runs_overlap(&env);
-}
-
-#[test]
 fn limit_on_the_file_store() {
     a_limit_of_two_lets_two_in_and_the_third_waits(&Env::file());
-}
-
-#[test]
-fn limit_on_redis() {
-    let redis = RedisServer::start();
-    a_limit_of_two_lets_two_in_and_the_third_waits(&Env::with_stores(vec![redis.url()]));
-}
-
-#[test]
-fn shared_and_limit_holders_expire_one_by_one_on_redis() {
-    let redis = RedisServer::start();
-    let env = Env::with_stores(vec![redis.url()]);
-    assert_code(
-        &env.run(&["lock", "p", "--limit", "2", "--ttl", "300ms"]),
-        0,
-    );
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "--ttl", "10s"]), 0);
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 75);
-    std::thread::sleep(Duration::from_millis(400));
-    // The short lease ran out; the long one still holds its slot.
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 0);
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 75);
 }

@@ -1,44 +1,10 @@
-//! `multilock`: all or none, no deadlock between opposite orders.
+//! `multilock` through the command line: all or none, one token for every name, and the
+//! names in canonical order for the child. All or none on every store is in conformance.rs;
+//! opposite orders finishing is in regressions.rs.
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
-use common::redis::RedisServer;
 use common::*;
-
-/// Two loops of 100 rounds taking {a,b} and {b,a}: both finish (no deadlock), and each
-/// round ends with both names free again.
-fn opposite_orders_finish(env: &Env) {
-    let dlock = env!("CARGO_BIN_EXE_dlock");
-    let loop_of = |first: &str, second: &str| -> std::process::Child {
-        let script = format!(
-            "i=0; while [ $i -lt 100 ]; do \"{dlock}\" multilock {first} {second} -w 30s -- true || exit 1; i=$((i+1)); done"
-        );
-        let mut c = Command::new("sh");
-        c.args(["-c", &script])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // Same environment as env.cmd(), but for a shell loop.
-        let probe = env.cmd();
-        for (k, v) in probe.get_envs() {
-            match v {
-                Some(v) => c.env(k, v),
-                None => c.env_remove(k),
-            };
-        }
-        if !env.stores.is_empty() {
-            c.env("DLOCK_STORE", env.stores.join(","));
-        }
-        c.spawn().unwrap()
-    };
-    let mut x = loop_of("a", "b");
-    let mut y = loop_of("b", "a");
-    let sx = wait_child(&mut x, Duration::from_secs(120)).expect("loop a,b deadlocked");
-    let sy = wait_child(&mut y, Duration::from_secs(120)).expect("loop b,a deadlocked");
-    assert!(sx.success() && sy.success());
-}
 
 fn all_or_none(env: &Env) {
     let b = stdout(&env.run(&["lock", "b"]));
@@ -75,23 +41,6 @@ fn all_or_none(env: &Env) {
 }
 
 #[test]
-fn opposite_orders_on_the_file_store() {
-    opposite_orders_finish(&Env::file());
-}
-
-#[test]
-fn opposite_orders_on_redis() {
-    let redis = RedisServer::start();
-    opposite_orders_finish(&Env::with_stores(vec![redis.url()]));
-}
-
-#[test]
 fn all_or_none_on_the_file_store() {
     all_or_none(&Env::file());
-}
-
-#[test]
-fn all_or_none_on_redis() {
-    let redis = RedisServer::start();
-    all_or_none(&Env::with_stores(vec![redis.url()]));
 }

@@ -1,5 +1,7 @@
-//! The etcd store, through the real binary against real etcd processes: exclusion and fences,
-//! FIFO waiting, nothing left behind, expiry, auth, TLS, and node failures.
+//! What only the etcd store promises, through the real binary against real etcd processes:
+//! FIFO waiting, no key left behind, a killed waiter, auth, TLS, and node failures. The store
+//! contract (exclusion, fences, previous, modes, multilock, inspect, list) is in
+//! conformance.rs; exclusion through the command line in exclusion.rs.
 
 mod common;
 
@@ -43,82 +45,12 @@ fn waiters(env: &Env, name: &str) -> usize {
         .map_or(0, |w| w.len())
 }
 
-/// 8 processes each log `enter F` and `exit F` under the lock: no two may overlap, and the
-/// fences must rise in the order they got in.
-fn exclusion(url: String) {
-    let env = Env::with_stores(vec![url]);
-    let log = env.path("log");
-    let script = format!(
-        "echo enter $DLOCK_FENCE >> {0}; sleep 0.05; echo exit $DLOCK_FENCE >> {0}",
-        log.display()
-    );
-    let children: Vec<Child> = (0..8)
-        .map(|_| spawn_run(&env, "shared-file", &["--ttl", "10s"], &script))
-        .collect();
-    for c in children {
-        assert_code(&finish(c, Duration::from_secs(60)), 0);
-    }
-    let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 16, "{text}");
-    let mut last = 0u64;
-    for pair in lines.chunks(2) {
-        let fence: u64 = pair[0].strip_prefix("enter ").unwrap().parse().unwrap();
-        assert_eq!(pair[1], format!("exit {fence}"), "interleaved:\n{text}");
-        assert!(fence > last, "fences do not rise:\n{text}");
-        last = fence;
-    }
-}
-
+/// One transaction grants every name of a `multilock`, so they share one revision as fence
+/// (all or none on every store is in conformance.rs).
 #[test]
-fn one_holder_at_a_time_on_one_node() {
-    let etcd = EtcdServer::start();
-    exclusion(etcd.url());
-}
-
-#[test]
-fn one_holder_at_a_time_on_a_three_node_cluster() {
-    let etcd = EtcdServer::cluster(3);
-    exclusion(etcd.url());
-}
-
-#[test]
-fn lock_extend_unlock_by_token() {
+fn multilock_names_share_one_revision() {
     let etcd = EtcdServer::start();
     let env = Env::with_stores(vec![etcd.url()]);
-    let first = env.run(&["lock", "job", "--ttl", "10s"]);
-    assert_code(&first, 0);
-    let token = stdout(&first);
-    assert_eq!(token.len(), 32, "{token}");
-    assert_code(&env.run(&["lock", "job", "-n"]), 75);
-    let stranger = "0".repeat(32);
-    assert_code(&env.run(&["extend", "job", "--token", &stranger]), 1);
-    assert_code(&env.run(&["unlock", "job", "--token", &stranger]), 1);
-    // A longer ttl moves the lock to a longer etcd lease; the holder and its fence stay.
-    let fence = inspect(&env, "job")["holders"][0]["fence"].clone();
-    assert_code(
-        &env.run(&["extend", "job", "--token", &token, "--ttl", "60s"]),
-        0,
-    );
-    let after = inspect(&env, "job");
-    assert_eq!(after["holders"][0]["fence"], fence);
-    let left = after["holders"][0]["ttl_left_ms"].as_u64().unwrap();
-    assert!(left > 50_000, "ttl left {left} ms after extending to 60s");
-    assert_code(&env.run(&["unlock", "job", "--token", &token]), 0);
-    assert_code(&env.run(&["unlock", "job", "--token", &token]), 1);
-    assert_code(&env.run(&["lock", "job", "-n"]), 0);
-}
-
-#[test]
-fn multilock_takes_all_names_or_none() {
-    let etcd = EtcdServer::start();
-    let env = Env::with_stores(vec![etcd.url()]);
-    let b = env.run(&["lock", "b"]);
-    assert_code(&b, 0);
-    assert_code(&env.run(&["multilock", "a", "b", "-n"]), 75);
-    assert!(!held(&env, "a"), "multilock left a held while b was busy");
-    assert!(etcd.keys("dlock/default/a/").is_empty());
-    assert_code(&env.run(&["unlock", "b", "--token", &stdout(&b)]), 0);
     let o = env.run(&[
         "multilock",
         "a",
@@ -133,7 +65,6 @@ fn multilock_takes_all_names_or_none() {
     let out = stdout(&o);
     let fences: Vec<&str> = out.split(' ').collect();
     assert_eq!(fences.len(), 2, "{out}");
-    // One transaction: both names got the same revision.
     assert_eq!(fences[0], fences[1]);
 }
 
@@ -170,21 +101,6 @@ fn waiters_get_the_lock_in_the_order_they_queued() {
     }
     let got = std::fs::read_to_string(&order).unwrap();
     assert_eq!(got, "1\n2\n3\n4\n5\n");
-}
-
-#[test]
-fn a_reader_does_not_overtake_a_waiting_writer() {
-    let etcd = EtcdServer::start();
-    let env = Env::with_stores(vec![etcd.url()]);
-    let reader = env.run(&["lock", "rw", "--shared"]);
-    assert_code(&reader, 0);
-    let writer = spawn_run(&env, "rw", &[], "true");
-    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "rw") == 1));
-    // The holder would admit another reader, but the writer asked first.
-    assert_code(&env.run(&["lock", "rw", "--shared", "-n"]), 75);
-    assert_code(&env.run(&["unlock", "rw", "--token", &stdout(&reader)]), 0);
-    assert_code(&finish(writer, Duration::from_secs(10)), 0);
-    assert_code(&env.run(&["lock", "rw", "--shared", "-n"]), 0);
 }
 
 #[test]
@@ -272,37 +188,6 @@ fn tls_with_a_self_signed_ca() {
 }
 
 #[test]
-fn the_next_holder_learns_whether_its_predecessor_released_or_expired() {
-    let etcd = EtcdServer::start();
-    let env = Env::with_stores(vec![etcd.url()]);
-    let previous = || {
-        let o = env.run(&[
-            "run",
-            "p",
-            "--ttl",
-            "2s",
-            "--",
-            "sh",
-            "-c",
-            "echo $DLOCK_PREVIOUS",
-        ]);
-        assert_code(&o, 0);
-        stdout(&o)
-    };
-    assert_eq!(previous(), "none");
-    assert_eq!(previous(), "released");
-    let holder = spawn_run(&env, "p", &["--ttl", "2s"], "exec sleep 60");
-    assert!(wait_for(Duration::from_secs(10), || held(&env, "p")));
-    signal(holder.id(), libc::SIGKILL);
-    finish(holder, Duration::from_secs(5));
-    let t0 = Instant::now();
-    assert_eq!(previous(), "expired");
-    // etcd's lease of 2s ran out (it may not run out before the ttl).
-    let waited = t0.elapsed();
-    assert!(waited < Duration::from_secs(4), "waited {waited:?}");
-}
-
-#[test]
 fn killing_the_leader_keeps_the_lease() {
     let mut etcd = EtcdServer::cluster(3);
     let env = Env::with_stores(vec![etcd.url()]);
@@ -340,16 +225,4 @@ fn losing_the_majority_stops_the_child_before_the_lease_runs_out() {
     // Stopped within one ttl of the last renewal, which was before t0.
     assert!(t0.elapsed() < ttl, "stopped after {:?}", t0.elapsed());
     assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
-}
-
-#[test]
-fn list_shows_the_held_names_under_a_prefix() {
-    let etcd = EtcdServer::start();
-    let env = Env::with_stores(vec![etcd.url()]);
-    for n in ["app/a", "app/b", "other"] {
-        assert_code(&env.run(&["lock", n]), 0);
-    }
-    let t = stdout(&env.run(&["lock", "app/c", "--ttl", "10s"]));
-    assert_code(&env.run(&["unlock", "app/c", "--token", &t]), 0);
-    assert_eq!(listed(&env, "app/"), ["app/a", "app/b"]);
 }
