@@ -3,16 +3,10 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use common::*;
-
-fn background(env: &Env, args: &[&str]) -> Child {
-    let mut c = env.cmd();
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c.spawn().unwrap()
-}
 
 fn still_waiting(c: &mut Child) -> bool {
     std::thread::sleep(Duration::from_millis(400));
@@ -24,7 +18,7 @@ fn shared_holders_share_and_an_exclusive_one_waits_for_both(env: &Env) {
     let r2 = env.run(&["lock", "db", "--shared", "-n"]);
     assert_code(&r2, 0);
     assert_code(&env.run(&["lock", "db", "-n"]), 75);
-    let mut writer = background(env, &["lock", "db", "-w", "20s"]);
+    let mut writer = env.spawn(&["lock", "db", "-w", "20s"]);
     assert!(still_waiting(&mut writer));
     assert_code(&env.run(&["unlock", "db", "--token", &r1]), 0);
     assert!(
@@ -42,7 +36,7 @@ fn a_limit_of_two_lets_two_in_and_the_third_waits(env: &Env) {
     let a = stdout(&env.run(&["lock", "pool", "--limit", "2"]));
     assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 0);
     assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 75);
-    let mut third = background(env, &["lock", "pool", "--limit", "2", "-w", "20s"]);
+    let mut third = env.spawn(&["lock", "pool", "--limit", "2", "-w", "20s"]);
     assert!(still_waiting(&mut third));
     assert_code(&env.run(&["unlock", "pool", "--token", &a]), 0);
     let status = wait_child(&mut third, Duration::from_secs(10)).expect("the third gets in");
@@ -57,8 +51,8 @@ fn shared_runs_overlap(env: &Env) {
          [ $(grep -c in {l}) -ge 2 ]",
         l = log.display()
     );
-    let mut a = background(env, &["run", "r", "--shared", "--", "sh", "-c", &script]);
-    let mut b = background(env, &["run", "r", "--shared", "--", "sh", "-c", &script]);
+    let mut a = env.spawn(&["run", "r", "--shared", "--", "sh", "-c", &script]);
+    let mut b = env.spawn(&["run", "r", "--shared", "--", "sh", "-c", &script]);
     assert!(
         wait_child(&mut a, Duration::from_secs(20))
             .unwrap()

@@ -5,42 +5,17 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
 use common::*;
 
-/// `dlock run NAME ARGS... -- sh -c SCRIPT` in the background, its output piped.
-fn spawn_run(env: &Env, name: &str, args: &[&str], script: &str) -> Child {
-    let mut c = env.cmd();
-    c.args(["run", name])
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c.spawn().expect("spawn dlock")
-}
-
-fn finish(mut child: Child, limit: Duration) -> std::process::Output {
-    let status = wait_child(&mut child, limit).expect("dlock did not finish in time");
-    let mut o = child.wait_with_output().unwrap();
-    o.status = status;
-    o
-}
-
-fn inspect(env: &Env, name: &str) -> serde_json::Value {
-    let o = env.run(&["--json", "inspect", name]);
-    assert_code(&o, 0);
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 fn held(env: &Env, name: &str) -> bool {
-    inspect(env, name)["held"] == true
+    env.inspect(name)["held"] == true
 }
 
 fn waiters(env: &Env, name: &str) -> usize {
-    inspect(env, name)["waiters"]
+    env.inspect(name)["waiters"]
         .as_array()
         .map_or(0, |w| w.len())
 }
@@ -74,21 +49,14 @@ fn waiters_get_the_lock_in_the_order_they_queued() {
     let env = Env::with_stores(vec![etcd.url()]);
     let go = env.path("go");
     let order = env.path("order");
-    let holder = spawn_run(
-        &env,
-        "q",
-        &[],
+    let holder = env.spawn_run(
+        &["q"],
         &format!("while [ ! -e {} ]; do sleep 0.02; done", go.display()),
     );
     assert!(wait_for(Duration::from_secs(10), || held(&env, "q")));
     let mut waiting = Vec::new();
     for i in 1..=5 {
-        waiting.push(spawn_run(
-            &env,
-            "q",
-            &[],
-            &format!("echo {i} >> {}", order.display()),
-        ));
+        waiting.push(env.spawn_run(&["q"], &format!("echo {i} >> {}", order.display())));
         assert!(
             wait_for(Duration::from_secs(10), || waiters(&env, "q") == i),
             "waiter {i} did not queue"
@@ -107,9 +75,9 @@ fn waiters_get_the_lock_in_the_order_they_queued() {
 fn an_interrupted_waiter_leaves_no_key_behind() {
     let etcd = EtcdServer::start();
     let env = Env::with_stores(vec![etcd.url()]);
-    let holder = spawn_run(&env, "busy", &["--ttl", "20s"], "sleep 30");
+    let holder = env.spawn_run(&["busy", "--ttl", "20s"], "sleep 30");
     assert!(wait_for(Duration::from_secs(10), || held(&env, "busy")));
-    let waiter = spawn_run(&env, "busy", &[], "true");
+    let waiter = env.spawn_run(&["busy"], "true");
     assert!(wait_for(Duration::from_secs(10), || waiters(&env, "busy") == 1));
     assert_eq!(etcd.keys("dlock/default/busy/#q/").len(), 2);
     signal(waiter.id(), libc::SIGINT);
@@ -125,12 +93,12 @@ fn an_interrupted_waiter_leaves_no_key_behind() {
 fn a_killed_waiter_holds_up_the_queue_for_a_ttl_at_most() {
     let etcd = EtcdServer::start();
     let env = Env::with_stores(vec![etcd.url()]);
-    let holder = spawn_run(&env, "q", &["--ttl", "3s"], "sleep 2");
+    let holder = env.spawn_run(&["q", "--ttl", "3s"], "sleep 2");
     assert!(wait_for(Duration::from_secs(10), || held(&env, "q")));
-    let dead = spawn_run(&env, "q", &["--ttl", "3s"], "true");
+    let dead = env.spawn_run(&["q", "--ttl", "3s"], "true");
     assert!(wait_for(Duration::from_secs(10), || waiters(&env, "q") == 1));
     signal(dead.id(), libc::SIGKILL);
-    let next = spawn_run(&env, "q", &["--ttl", "3s"], "true");
+    let next = env.spawn_run(&["q", "--ttl", "3s"], "true");
     assert!(wait_for(Duration::from_secs(10), || waiters(&env, "q") == 2));
     let t0 = Instant::now();
     assert_code(&finish(holder, Duration::from_secs(10)), 0);
@@ -191,7 +159,7 @@ fn tls_with_a_self_signed_ca() {
 fn killing_the_leader_keeps_the_lease() {
     let mut etcd = EtcdServer::cluster(3);
     let env = Env::with_stores(vec![etcd.url()]);
-    let holder = spawn_run(&env, "lk", &["--ttl", "6s"], "sleep 7; echo finished");
+    let holder = env.spawn_run(&["lk", "--ttl", "6s"], "sleep 7; echo finished");
     assert!(wait_for(Duration::from_secs(10), || held(&env, "lk")));
     let leader = etcd.leader();
     etcd.kill(leader);
@@ -215,7 +183,7 @@ fn losing_the_majority_stops_the_child_before_the_lease_runs_out() {
     let mut etcd = EtcdServer::cluster(3);
     let env = Env::with_stores(vec![etcd.url()]);
     let ttl = Duration::from_secs(4);
-    let holder = spawn_run(&env, "m", &["--ttl", "4s"], "sleep 60");
+    let holder = env.spawn_run(&["m", "--ttl", "4s"], "sleep 60");
     assert!(wait_for(Duration::from_secs(10), || held(&env, "m")));
     let t0 = Instant::now();
     etcd.kill(0);

@@ -141,12 +141,42 @@ impl Env {
         c
     }
 
+    /// Start dlock with these arguments in the background, its output piped.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        let mut c = self.cmd();
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().expect("spawn dlock")
+    }
+
+    /// `dlock run ARGS... -- sh -c SCRIPT` in the background, its output piped.
+    pub fn spawn_run(&self, args: &[&str], script: &str) -> Child {
+        let mut full = vec!["run"];
+        full.extend_from_slice(args);
+        full.extend_from_slice(&["--", "sh", "-c", script]);
+        self.spawn(&full)
+    }
+
+    /// `dlock --json inspect NAME`, parsed.
+    pub fn inspect(&self, name: &str) -> serde_json::Value {
+        let o = self.run(&["--json", "inspect", name]);
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("inspect {name}: {e}: {}{}", stdout(&o), stderr(&o)))
+    }
+
     /// Run dlock with these arguments to completion (with a generous safety limit).
     pub fn run(&self, args: &[&str]) -> Output {
         let mut c = self.cmd();
         c.args(args);
         output_within(c, Duration::from_secs(60))
     }
+}
+
+/// Wait for a spawned dlock (at most `limit`) and collect its output.
+pub fn finish(mut child: Child, limit: Duration) -> Output {
+    let status = wait_child(&mut child, limit).expect("dlock did not finish in time");
+    let mut o = child.wait_with_output().unwrap();
+    o.status = status;
+    o
 }
 
 /// Run a command, killing it if it takes longer than `limit` (so a hang fails, not blocks).
