@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock::store::redis::RedisStore;
@@ -121,90 +121,25 @@ fn a_waiter_interrupted_leaves_nothing_behind() {
     assert_eq!(redis.keys(), vec!["dlock:{default:q}:f".to_string()]);
 }
 
-fn openssl(args: &[&str], dir: &std::path::Path) {
-    let bin = require("openssl", "openssl");
-    let s = Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(s.success(), "openssl {args:?}");
-}
-
 #[test]
 fn rediss_with_a_private_ca() {
     let certs = temp_dir();
-    let d = certs.path();
-    openssl(
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=dlock test CA",
-        ],
-        d,
-    );
-    openssl(
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-        d,
-    );
-    std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext",
-        ],
-        d,
-    );
+    let (ca, cert, key) = tls_certs(certs.path());
     let port = free_port();
-    let p = |f: &str| d.join(f).display().to_string();
+    let p = |f: &std::path::Path| f.display().to_string();
     let redis = RedisServer::start_with(&[
         "--tls-port",
         &port.to_string(),
         "--tls-cert-file",
-        &p("server.crt"),
+        &p(&cert),
         "--tls-key-file",
-        &p("server.key"),
+        &p(&key),
         "--tls-ca-cert-file",
-        &p("ca.crt"),
+        &p(&ca),
         "--tls-auth-clients",
         "no",
     ]);
-    let url = format!("rediss://localhost:{port}?ca_file={}", p("ca.crt"));
+    let url = format!("rediss://localhost:{port}?ca_file={}", p(&ca));
     let env = Env::with_stores(vec![url]);
     let o = env.run(&["run", "tls", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
     assert_code(&o, 0);
@@ -216,7 +151,7 @@ fn rediss_with_a_private_ca() {
     let plain = Env::with_stores(vec![format!(
         "rediss://127.0.0.1:{}?ca_file={}",
         redis.port,
-        p("ca.crt")
+        p(&ca)
     )]);
     let o = plain.run(&["lock", "tls3"]);
     assert_code(&o, 69);

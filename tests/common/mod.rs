@@ -375,3 +375,72 @@ pub fn listed(env: &Env, prefix: &str) -> Vec<String> {
         .map(|l| l["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// A self-signed CA and a server certificate for 127.0.0.1 and localhost signed by it, in
+/// `dir`: (CA, certificate, key).
+pub fn tls_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let openssl = require("openssl", "openssl");
+    let p = |f: &str| dir.join(f);
+    let run = |args: &[&str]| {
+        let o = Command::new(&openssl)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=dlock test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "server.pem",
+    ]);
+    (p("ca.pem"), p("server.pem"), p("server.key"))
+}
