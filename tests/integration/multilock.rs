@@ -2,9 +2,7 @@
 //! names in canonical order for the child. All or none on every store is in conformance.rs;
 //! opposite orders finishing is in regressions.rs.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn all_or_none(env: &Env) {
     let b = stdout(&env.run(&["lock", "b"]));

@@ -1,12 +1,10 @@
 //! `--shared` (readers) and `--limit K` (a semaphore) through the command line, on the
 //! default file store; the modes' rules on every store are in conformance.rs.
 
-mod common;
-
 use std::process::Child;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn still_waiting(c: &mut Child) -> bool {
     std::thread::sleep(Duration::from_millis(400));

@@ -1,13 +1,11 @@
 //! The failure scenarios of the lock designs dlock was seeded from, one test each: what went
 //! wrong there must not go wrong here.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 /// Start `n` copies of a dlock command at once and return their exit codes.
 fn all_at_once(env: &Env, n: usize, args: &[&str]) -> Vec<i32> {

@@ -1,12 +1,10 @@
 //! `dlock run` supervising its child: environment, exit status, signals, dying holders, and a
 //! lease lost while the child runs.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 fn read(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()

@@ -3,12 +3,10 @@
 //! contract (exclusion, fences, previous, modes, multilock, inspect, list) is in
 //! conformance.rs; exclusion through the command line in exclusion.rs.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::etcd::EtcdServer;
-use common::*;
+use crate::common::etcd::EtcdServer;
+use crate::common::*;
 
 fn held(env: &Env, name: &str) -> bool {
     env.inspect(name)["held"] == true

@@ -3,14 +3,12 @@
 //! though their nodes linger, session expiry, auth, and failures. The store contract is in
 //! conformance.rs; exclusion through the command line in exclusion.rs.
 
-mod common;
-
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::zk::ZkServer;
-use common::*;
+use crate::common::zk::ZkServer;
+use crate::common::*;
 
 /// Where the queue of `name` lives in the default namespace.
 fn queue(name: &str) -> String {

@@ -2,13 +2,11 @@
 //! two holders in, replicas confirm grants, and a cluster joins a quorum. The store contract
 //! across masters is in conformance.rs.
 
-mod common;
-
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::redis::{RedisCluster, RedisServer};
-use common::*;
+use crate::common::redis::{RedisCluster, RedisServer};
+use crate::common::*;
 
 /// A run holds a lock on a master that is killed; its replica takes over. Contenders keep
 /// trying meanwhile. The run either keeps its lease (exit 0) or is stopped (exit 70), and the

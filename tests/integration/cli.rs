@@ -2,12 +2,10 @@
 //! goes where a Unix tool puts it, and every pinned code comes from its situation. The full
 //! bad-input table is in bad_input.rs.
 
-mod common;
-
 use std::process::Stdio;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 /// Bad input: exit 64, one line on stderr, no panic, nothing on stdout.
 #[track_caller]

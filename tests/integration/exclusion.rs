@@ -2,12 +2,10 @@
 //! `dlock run`s never overlap and their fences rise in entry order. One test, run per store
 //! URL (the store contract itself is in conformance.rs). And namespaces keep names apart.
 
-mod common;
-
-use common::etcd::EtcdServer;
-use common::redis::{RedisCluster, RedisServer};
-use common::zk::ZkServer;
-use common::*;
+use crate::common::etcd::EtcdServer;
+use crate::common::redis::{RedisCluster, RedisServer};
+use crate::common::zk::ZkServer;
+use crate::common::*;
 
 /// Eight `dlock run deploy` on these stores: no overlap, rising fences.
 fn eight_runs_never_overlap(stores: Vec<String>) {

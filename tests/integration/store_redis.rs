@@ -2,8 +2,6 @@
 //! no key behind, the fence record survives its holders, and TLS works. The store contract is
 //! in conformance.rs.
 
-mod common;
-
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,8 +9,8 @@ use dlock::store::redis::RedisStore;
 use dlock::store::{Acquire, Attempt, Mode, Store, StoreUrl};
 use futures_util::future::join_all;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 fn waiter(env: &Env, name: &str) -> Child {
     let mut c = env.cmd();

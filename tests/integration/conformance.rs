@@ -4,8 +4,6 @@
 //! (`conformance::etcd3::fences_rise`). Each store's servers start once for the whole binary;
 //! every property works in its own namespace, so they run in parallel on them.
 
-mod common;
-
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -13,10 +11,10 @@ use dlock::store::conformance::{Caps, Subject};
 use dlock::store::memory::MemoryStore;
 use dlock::store::{Store, url};
 
-use common::etcd::EtcdServer;
-use common::redis::{RedisCluster, RedisServer};
-use common::zk::ZkServer;
-use common::{shared, temp_dir};
+use crate::common::etcd::EtcdServer;
+use crate::common::redis::{RedisCluster, RedisServer};
+use crate::common::zk::ZkServer;
+use crate::common::{shared, temp_dir};
 
 /// Clients of the store a URL names, one per call, as separate processes would have.
 fn by_url(url: &'static str, caps: Caps) -> Subject {
@@ -155,17 +153,13 @@ macro_rules! conformance {
     )*};
 }
 
-mod conformance {
-    use super::*;
-
-    conformance! {
-        memory (paused: true) => memory();
-        file (paused: false) => file();
-        redis (paused: false) => redis();
-        redis_cluster (paused: false) => redis_cluster();
-        etcd1 (paused: false) => etcd1();
-        etcd3 (paused: false) => etcd3();
-        zk1 (paused: false) => zk1();
-        zk3 (paused: false) => zk3();
-    }
+conformance! {
+    memory (paused: true) => memory();
+    file (paused: false) => file();
+    redis (paused: false) => redis();
+    redis_cluster (paused: false) => redis_cluster();
+    etcd1 (paused: false) => etcd1();
+    etcd3 (paused: false) => etcd3();
+    zk1 (paused: false) => zk1();
+    zk3 (paused: false) => zk3();
 }
