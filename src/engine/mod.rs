@@ -9,6 +9,9 @@ mod down;
 pub mod fence;
 pub mod timing;
 
+#[cfg(test)]
+mod tests;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

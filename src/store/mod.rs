@@ -19,6 +19,14 @@ pub(crate) mod tls;
 pub mod url;
 pub(crate) mod zk;
 
+// Test-only parts: the contract as a suite, and the stores the engine's unit tests run on.
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod fault;
+#[cfg(any(test, feature = "conformance"))]
+pub mod memory;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -36,7 +36,7 @@ impl EtcdServer {
     /// One node that serves clients over TLS with a certificate from a fresh self-signed CA.
     pub fn start_tls() -> EtcdServer {
         let dir = temp_dir();
-        let tls = make_certs(dir.path());
+        let tls = super::tls_certs(dir.path());
         let s = Self::boot_in(dir, 1, Some(tls));
         s.wait_healthy();
         s
@@ -124,7 +124,8 @@ impl EtcdServer {
             .filter(|n| n.child.is_some())
             .map(|n| self.endpoint(n))
             .collect();
-        let ok = wait_for(Duration::from_secs(20), || {
+        // Generous: a three-member cluster elects its leader slowly on a loaded machine.
+        let ok = wait_for(Duration::from_secs(60), || {
             self.etcdctl_at(&endpoints.join(","), &["endpoint", "health"])
                 .status
                 .success()
@@ -273,72 +274,4 @@ impl Drop for EtcdServer {
             self.kill(i);
         }
     }
-}
-
-/// A self-signed CA and a server certificate for 127.0.0.1 signed by it.
-fn make_certs(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
-    let openssl = require("openssl", "openssl");
-    let p = |f: &str| dir.join(f);
-    let run = |args: &[&str]| {
-        let o = Command::new(&openssl)
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=dlock test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    std::fs::write(
-        p("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-        "-out",
-        "server.pem",
-    ]);
-    (p("ca.pem"), p("server.pem"), p("server.key"))
 }

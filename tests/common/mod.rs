@@ -12,6 +12,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Fail (never skip) when a server binary is missing.
@@ -31,6 +32,38 @@ pub fn require(binary: &str, package: &str) -> PathBuf {
     panic!(
         "`{binary}` is not installed: run `apt-get install -y {package}` (the tests need a real server)"
     );
+}
+
+/// Servers shared by every test of one binary, stopped (dropped) when the binary exits.
+static SHARED: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_shared() {
+    let servers = std::mem::take(&mut *SHARED.lock().unwrap_or_else(|p| p.into_inner()));
+    drop(servers);
+}
+
+/// A server started once for every test of this binary that asks for it (the first caller
+/// starts it, the others wait), and stopped when the binary exits. Tests get only its URL,
+/// so nothing can use the server after it is stopped.
+pub fn shared<S: Send + 'static>(
+    cell: &'static OnceLock<String>,
+    start: impl FnOnce() -> S,
+    url: impl FnOnce(&S) -> String,
+) -> &'static str {
+    cell.get_or_init(|| {
+        static AT_EXIT: Once = Once::new();
+        // SAFETY: registers a plain function to run when the process exits.
+        AT_EXIT.call_once(|| unsafe {
+            libc::atexit(stop_shared);
+        });
+        let server = start();
+        let u = url(&server);
+        SHARED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(server));
+        u
+    })
 }
 
 /// A port nobody listens on right now.
@@ -108,12 +141,42 @@ impl Env {
         c
     }
 
+    /// Start dlock with these arguments in the background, its output piped.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        let mut c = self.cmd();
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().expect("spawn dlock")
+    }
+
+    /// `dlock run ARGS... -- sh -c SCRIPT` in the background, its output piped.
+    pub fn spawn_run(&self, args: &[&str], script: &str) -> Child {
+        let mut full = vec!["run"];
+        full.extend_from_slice(args);
+        full.extend_from_slice(&["--", "sh", "-c", script]);
+        self.spawn(&full)
+    }
+
+    /// `dlock --json inspect NAME`, parsed.
+    pub fn inspect(&self, name: &str) -> serde_json::Value {
+        let o = self.run(&["--json", "inspect", name]);
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("inspect {name}: {e}: {}{}", stdout(&o), stderr(&o)))
+    }
+
     /// Run dlock with these arguments to completion (with a generous safety limit).
     pub fn run(&self, args: &[&str]) -> Output {
         let mut c = self.cmd();
         c.args(args);
         output_within(c, Duration::from_secs(60))
     }
+}
+
+/// Wait for a spawned dlock (at most `limit`) and collect its output.
+pub fn finish(mut child: Child, limit: Duration) -> Output {
+    let status = wait_child(&mut child, limit).expect("dlock did not finish in time");
+    let mut o = child.wait_with_output().unwrap();
+    o.status = status;
+    o
 }
 
 /// Run a command, killing it if it takes longer than `limit` (so a hang fails, not blocks).
@@ -311,4 +374,73 @@ pub fn listed(env: &Env, prefix: &str) -> Vec<String> {
         .iter()
         .map(|l| l["name"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// A self-signed CA and a server certificate for 127.0.0.1 and localhost signed by it, in
+/// `dir`: (CA, certificate, key).
+pub fn tls_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let openssl = require("openssl", "openssl");
+    let p = |f: &str| dir.join(f);
+    let run = |args: &[&str]| {
+        let o = Command::new(&openssl)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=dlock test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "server.pem",
+    ]);
+    (p("ca.pem"), p("server.pem"), p("server.key"))
 }

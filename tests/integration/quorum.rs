@@ -1,12 +1,10 @@
 //! The majority quorum over independent Redis servers: one down is fine, two down is exit 69
 //! within the per-store timeout, and fences keep rising across stores that disagree.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 fn three() -> Vec<RedisServer> {
     (0..3).map(|_| RedisServer::start()).collect()

@@ -2,17 +2,15 @@
 //! real pseudo-terminal, the holder's reason and CI job, `dlock wait`, what `unlock --force`
 //! broke, and the `--events` log of a run.
 
-mod common;
-
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::etcd::EtcdServer;
-use common::redis::RedisServer;
-use common::*;
+use crate::common::etcd::EtcdServer;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(30);

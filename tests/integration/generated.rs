@@ -1,5 +1,5 @@
 //! `completions/` and `man/` are generated from the clap definitions; this fails when they are
-//! stale. Regenerate with: DLOCK_REGENERATE=1 cargo test --test generated
+//! stale. Regenerate with: DLOCK_REGENERATE=1 cargo test --test integration generated::
 
 use std::path::Path;
 
@@ -31,7 +31,7 @@ fn completions_and_man_pages_are_current() {
     stale.extend(check("man", dlock::docs::man_pages()));
     assert!(
         stale.is_empty(),
-        "stale generated files (run `DLOCK_REGENERATE=1 cargo test --test generated`): {stale:?}"
+        "stale generated files (run `DLOCK_REGENERATE=1 cargo test --test integration generated::`): {stale:?}"
     );
 }
 

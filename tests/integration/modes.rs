@@ -1,18 +1,10 @@
-//! `--shared` (readers) and `--limit K` (a semaphore), on the file store and on Redis.
+//! `--shared` (readers) and `--limit K` (a semaphore) through the command line, on the
+//! default file store; the modes' rules on every store are in conformance.rs.
 
-mod common;
-
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-use common::redis::RedisServer;
-use common::*;
-
-fn background(env: &Env, args: &[&str]) -> Child {
-    let mut c = env.cmd();
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c.spawn().unwrap()
-}
+use crate::common::*;
 
 fn still_waiting(c: &mut Child) -> bool {
     std::thread::sleep(Duration::from_millis(400));
@@ -24,7 +16,7 @@ fn shared_holders_share_and_an_exclusive_one_waits_for_both(env: &Env) {
     let r2 = env.run(&["lock", "db", "--shared", "-n"]);
     assert_code(&r2, 0);
     assert_code(&env.run(&["lock", "db", "-n"]), 75);
-    let mut writer = background(env, &["lock", "db", "-w", "20s"]);
+    let mut writer = env.spawn(&["lock", "db", "-w", "20s"]);
     assert!(still_waiting(&mut writer));
     assert_code(&env.run(&["unlock", "db", "--token", &r1]), 0);
     assert!(
@@ -42,7 +34,7 @@ fn a_limit_of_two_lets_two_in_and_the_third_waits(env: &Env) {
     let a = stdout(&env.run(&["lock", "pool", "--limit", "2"]));
     assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 0);
     assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 75);
-    let mut third = background(env, &["lock", "pool", "--limit", "2", "-w", "20s"]);
+    let mut third = env.spawn(&["lock", "pool", "--limit", "2", "-w", "20s"]);
     assert!(still_waiting(&mut third));
     assert_code(&env.run(&["unlock", "pool", "--token", &a]), 0);
     let status = wait_child(&mut third, Duration::from_secs(10)).expect("the third gets in");
@@ -57,8 +49,8 @@ fn shared_runs_overlap(env: &Env) {
          [ $(grep -c in {l}) -ge 2 ]",
         l = log.display()
     );
-    let mut a = background(env, &["run", "r", "--shared", "--", "sh", "-c", &script]);
-    let mut b = background(env, &["run", "r", "--shared", "--", "sh", "-c", &script]);
+    let mut a = env.spawn(&["run", "r", "--shared", "--", "sh", "-c", &script]);
+    let mut b = env.spawn(&["run", "r", "--shared", "--", "sh", "-c", &script]);
     assert!(
         wait_child(&mut a, Duration::from_secs(20))
             .unwrap()
@@ -79,36 +71,6 @@ fn shared_on_the_file_store() {
 }
 
 #[test]
-fn shared_on_redis() {
-    let redis = RedisServer::start();
-    let env = Env::with_stores(vec![redis.url()]);
-    shared_holders_share_and_an_exclusive_one_waits_for_both(&env);
-    shared_runs_overlap(&env);
-}
-
-#[test]
 fn limit_on_the_file_store() {
     a_limit_of_two_lets_two_in_and_the_third_waits(&Env::file());
-}
-
-#[test]
-fn limit_on_redis() {
-    let redis = RedisServer::start();
-    a_limit_of_two_lets_two_in_and_the_third_waits(&Env::with_stores(vec![redis.url()]));
-}
-
-#[test]
-fn shared_and_limit_holders_expire_one_by_one_on_redis() {
-    let redis = RedisServer::start();
-    let env = Env::with_stores(vec![redis.url()]);
-    assert_code(
-        &env.run(&["lock", "p", "--limit", "2", "--ttl", "300ms"]),
-        0,
-    );
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "--ttl", "10s"]), 0);
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 75);
-    std::thread::sleep(Duration::from_millis(400));
-    // The short lease ran out; the long one still holds its slot.
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 0);
-    assert_code(&env.run(&["lock", "p", "--limit", "2", "-n"]), 75);
 }

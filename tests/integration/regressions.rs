@@ -1,13 +1,11 @@
 //! The failure scenarios of the lock designs dlock was seeded from, one test each: what went
 //! wrong there must not go wrong here.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 /// Start `n` copies of a dlock command at once and return their exit codes.
 fn all_at_once(env: &Env, n: usize, args: &[&str]) -> Vec<i32> {
@@ -32,11 +30,6 @@ fn all_at_once(env: &Env, n: usize, args: &[&str]) -> Vec<i32> {
 fn granted(codes: &[i32]) -> usize {
     assert!(codes.iter().all(|c| *c == 0 || *c == 75), "{codes:?}");
     codes.iter().filter(|c| **c == 0).count()
-}
-
-fn inspect(env: &Env, name: &str) -> serde_json::Value {
-    let o = env.run(&["--json", "inspect", name]);
-    serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)))
 }
 
 /// The Riak drafts: two workers both read "no lock", then both write theirs. A grant is one
@@ -69,7 +62,7 @@ fn two_of_four_stores_are_not_a_majority() {
         assert!(stderr(&o).contains("3 needed"), "{}", stderr(&o));
         for i in reach {
             let one = Env::with_stores(vec![servers[i].url()]);
-            assert_eq!(inspect(&one, "job")["held"], false, "left granted on {i}");
+            assert_eq!(one.inspect("job")["held"], false, "left granted on {i}");
         }
     }
     // With all four back, a client gets the lock, and a second does not.
@@ -130,8 +123,8 @@ fn nested_locks_in_opposite_orders_finish_with_multilock() {
         let sa = wait_child(&mut a, Duration::from_secs(90)).expect("p1,p2 deadlocked");
         let sb = wait_child(&mut b, Duration::from_secs(90)).expect("p2,p1 deadlocked");
         assert!(sa.success() && sb.success(), "{sa:?} {sb:?}");
-        assert_eq!(inspect(&env, "p1")["held"], false);
-        assert_eq!(inspect(&env, "p2")["held"], false);
+        assert_eq!(env.inspect("p1")["held"], false);
+        assert_eq!(env.inspect("p2")["held"], false);
     }
 }
 
@@ -155,7 +148,7 @@ fn an_expired_lock_raced_for_by_many_gets_exactly_one_new_holder() {
             assert_eq!(granted(&codes), 1, "round {round}: {codes:?}");
             assert_code(&env.run(&["unlock", &name, "--token", &old]), 1);
             assert_code(&env.run(&["extend", &name, "--token", &old]), 1);
-            let v = inspect(&env, &name);
+            let v = env.inspect(&name);
             assert_eq!(v["held"], true);
             assert_eq!(v["holders"].as_array().unwrap().len(), 1, "{v}");
         }
@@ -178,11 +171,11 @@ fn a_released_lock_is_not_resurrected_when_a_node_comes_back() {
     servers[0].restart();
     let alone = Env::with_stores(vec![servers[0].url()]);
     assert_eq!(
-        inspect(&alone, "job")["held"],
+        alone.inspect("job")["held"],
         true,
         "the node kept the old lease"
     );
-    let v = inspect(&env, "job");
+    let v = env.inspect("job");
     assert_eq!(v["held"], false, "{v}");
     assert_code(&env.run(&["extend", "job", "--token", &token]), 1);
     let new = env.run(&["--json", "lock", "job", "-n"]);
@@ -190,5 +183,5 @@ fn a_released_lock_is_not_resurrected_when_a_node_comes_back() {
     assert_code(&env.run(&["lock", "job", "-n"]), 75);
     // The old token cannot take the new holder's lease away either.
     assert_code(&env.run(&["unlock", "job", "--token", &token]), 1);
-    assert_eq!(inspect(&env, "job")["held"], true);
+    assert_eq!(env.inspect("job")["held"], true);
 }

@@ -1,23 +1,10 @@
 //! `dlock run` supervising its child: environment, exit status, signals, dying holders, and a
 //! lease lost while the child runs.
 
-mod common;
-
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use common::*;
-
-fn spawn_run(env: &Env, args: &[&str], script: &str) -> Child {
-    let mut c = env.cmd();
-    c.arg("run")
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c.spawn().unwrap()
-}
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 fn read(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
@@ -94,7 +81,7 @@ fn sigterm_to_dlock_reaches_the_child_and_its_code_comes_back() {
         "trap 'echo term >> {l}; exit 42' TERM; echo ready >> {l}; while :; do sleep 0.05; done",
         l = log.display()
     );
-    let mut dlock = spawn_run(&env, &["job"], &script);
+    let mut dlock = env.spawn_run(&["job"], &script);
     assert!(wait_for(Duration::from_secs(10), || read(&log).contains("ready")));
     signal(dlock.id(), libc::SIGTERM);
     let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
@@ -112,7 +99,7 @@ fn sigusr1_is_forwarded_and_the_child_goes_on() {
          while [ ! -e {l}.go ]; do sleep 0.05; done; exit 5",
         l = log.display()
     );
-    let mut dlock = spawn_run(&env, &["job"], &script);
+    let mut dlock = env.spawn_run(&["job"], &script);
     assert!(wait_for(Duration::from_secs(10), || read(&log).contains("ready")));
     signal(dlock.id(), libc::SIGUSR1);
     let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
@@ -125,7 +112,7 @@ fn sigusr1_is_forwarded_and_the_child_goes_on() {
 fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
     let pidfile = env.path("child.pid");
     let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
-    let mut holder = spawn_run(env, &["job", "--ttl", "2s"], &script);
+    let mut holder = env.spawn_run(&["job", "--ttl", "2s"], &script);
     assert!(wait_for(Duration::from_secs(10), || !read(&pidfile).is_empty()));
     let child: u32 = read(&pidfile).trim().parse().unwrap();
     signal(holder.id(), libc::SIGKILL);
@@ -158,7 +145,7 @@ fn a_forced_unlock_stops_the_child_and_exits_70() {
         "trap 'echo term >> {l}; exit 0' TERM; echo ready >> {l}; while :; do sleep 0.05; done",
         l = log.display()
     );
-    let mut dlock = spawn_run(&env, &["job", "--ttl", "1s"], &script);
+    let mut dlock = env.spawn_run(&["job", "--ttl", "1s"], &script);
     assert!(wait_for(Duration::from_secs(10), || read(&log).contains("ready")));
     assert_code(&env.run(&["unlock", "job", "--force"]), 0);
     let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
@@ -180,7 +167,7 @@ fn a_frozen_redis_stops_the_child_before_the_lease_runs_out() {
         l = log.display()
     );
     let ttl = Duration::from_secs(3);
-    let mut holder = spawn_run(&env, &["job", "--ttl", "3s", "--kill-grace", "1s"], &script);
+    let mut holder = env.spawn_run(&["job", "--ttl", "3s", "--kill-grace", "1s"], &script);
     assert!(wait_for(Duration::from_secs(10), || read(&log).contains("enter")));
     let frozen_at = now_ns();
     redis.pause();
@@ -225,7 +212,7 @@ fn a_stopped_dlock_run_still_stops_its_child_before_the_lease_runs_out() {
         "echo $$ > {}; while :; do sleep 0.02; done",
         pidfile.display()
     );
-    let mut holder = spawn_run(&env, &["job", "--ttl", "1s"], &script);
+    let mut holder = env.spawn_run(&["job", "--ttl", "1s"], &script);
     assert!(wait_for(Duration::from_secs(10), || !read(&pidfile).is_empty()));
     let child: u32 = read(&pidfile).trim().parse().unwrap();
     signal(holder.id(), libc::SIGSTOP);

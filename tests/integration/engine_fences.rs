@@ -2,11 +2,9 @@
 //! (with `appendfsync always`, which the README asks of quorum members for fences) between
 //! them, every holder sees a higher fence than the one before.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis::RedisServer;
+use crate::common::redis::RedisServer;
 use dlock::engine::{Engine, Wait};
 use dlock::store::{Acquire, Mode, url};
 

@@ -1,50 +1,12 @@
-//! Redis Cluster (`redis+cluster://`) and `?wait_replicas`: exclusion and fences across
-//! masters, list across masters, and a master killed mid-run never lets two holders in.
-
-mod common;
+//! Redis Cluster (`redis+cluster://`) and `?wait_replicas`: a master killed mid-run never lets
+//! two holders in, replicas confirm grants, and a cluster joins a quorum. The store contract
+//! across masters is in conformance.rs.
 
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::redis::{RedisCluster, RedisServer};
-use common::*;
-
-#[test]
-fn a_three_master_cluster_keeps_exclusion_and_fences_on_every_master() {
-    let cluster = RedisCluster::start(3, 0);
-    let env = Env::with_stores(vec![cluster.url()]);
-    // Names that hash to different masters.
-    let names = ["deploy", "backup", "report"];
-    let masters: std::collections::HashSet<usize> = names
-        .iter()
-        .map(|n| cluster.master_of(&format!("dlock:{{default:{n}}}:h")))
-        .collect();
-    assert!(masters.len() >= 2, "the names all landed on one master");
-    for n in names {
-        check_exclusion(&env, n, 6, &[]);
-    }
-    // list sees the holders on every master.
-    for n in names {
-        assert_code(&env.run(&["lock", n]), 0);
-    }
-    let v: serde_json::Value =
-        serde_json::from_str(&stdout(&env.run(&["--json", "list"]))).unwrap();
-    assert_eq!(v["locks"].as_array().unwrap().len(), 3, "{v}");
-    let o = env.run(&["--json", "inspect", "deploy"]);
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["held"], true);
-    assert_eq!(v["fence"], 7);
-}
-
-#[test]
-fn multilock_across_slots_in_a_cluster_is_all_or_none() {
-    let cluster = RedisCluster::start(3, 0);
-    let env = Env::with_stores(vec![cluster.url()]);
-    let b = stdout(&env.run(&["lock", "backup"]));
-    assert_code(&env.run(&["multilock", "deploy", "backup", "-n"]), 75);
-    assert_code(&env.run(&["lock", "deploy", "-n"]), 0);
-    assert_code(&env.run(&["unlock", "backup", "--token", &b]), 0);
-}
+use crate::common::redis::{RedisCluster, RedisServer};
+use crate::common::*;
 
 /// A run holds a lock on a master that is killed; its replica takes over. Contenders keep
 /// trying meanwhile. The run either keeps its lease (exit 0) or is stopped (exit 70), and the

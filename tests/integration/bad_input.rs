@@ -3,10 +3,8 @@
 //! its pinned exit code, no panic, nothing on stdout, and leaves the leases already held on
 //! the file store and on Redis exactly as they were.
 
-mod common;
-
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 /// One held lease as `inspect --json` shows it: (owner, fence).
 fn lease(env: &Env, name: &str) -> (String, u64) {

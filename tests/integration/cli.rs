@@ -2,12 +2,10 @@
 //! goes where a Unix tool puts it, and every pinned code comes from its situation. The full
 //! bad-input table is in bad_input.rs.
 
-mod common;
-
 use std::process::Stdio;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 /// Bad input: exit 64, one line on stderr, no panic, nothing on stdout.
 #[track_caller]
@@ -125,6 +123,17 @@ fn every_command_speaks_json() {
     assert_eq!(json(&["list"])["locks"][0]["name"], "a");
     assert_eq!(json(&["unlock", "a", "--token", &token])["released"], true);
     assert_eq!(json(&["multilock", "x", "y"])["names"][1], "y");
+}
+
+#[test]
+fn list_prints_a_header_and_one_line_per_held_name() {
+    let env = Env::file();
+    for n in ["app/a", "app/b", "other"] {
+        assert_code(&env.run(&["lock", n]), 0);
+    }
+    assert_eq!(listed(&env, "app/"), ["app/a", "app/b"]);
+    let text = stdout(&env.run(&["list"]));
+    assert_eq!(text.lines().count(), 4, "{text}");
 }
 
 #[test]

@@ -1,17 +1,16 @@
-//! The Redis store's own promises: one release wakes one waiter, a waiter that gives up
-//! leaves nothing behind, the fence record survives its holders, and TLS works.
+//! The Redis store's own promises: one release wakes one waiter, an interrupted waiter leaves
+//! no key behind, the fence record survives its holders, and TLS works. The store contract is
+//! in conformance.rs.
 
-mod common;
-
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock::store::redis::RedisStore;
 use dlock::store::{Acquire, Attempt, Mode, Store, StoreUrl};
 use futures_util::future::join_all;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 
 fn waiter(env: &Env, name: &str) -> Child {
     let mut c = env.cmd();
@@ -121,111 +120,24 @@ fn a_waiter_interrupted_leaves_nothing_behind() {
 }
 
 #[test]
-fn a_waiter_that_gives_up_leaves_nothing_behind() {
-    let redis = RedisServer::start();
-    let env = Env::with_stores(vec![redis.url()]);
-    let token = stdout(&env.run(&["lock", "q"]));
-    assert_code(&env.run(&["lock", "q", "-w", "300ms"]), 75);
-    assert_eq!(waiters(&redis, "q"), 0);
-    assert_code(&env.run(&["unlock", "q", "--token", &token]), 0);
-}
-
-#[test]
-fn list_and_inspect_see_every_holder() {
-    let redis = RedisServer::start();
-    let env = Env::with_stores(vec![redis.url()]);
-    for n in ["app/a", "app/b", "other"] {
-        assert_code(&env.run(&["lock", n]), 0);
-    }
-    assert_eq!(listed(&env, "app/"), ["app/a", "app/b"]);
-    let text = stdout(&env.run(&["list"]));
-    assert_eq!(text.lines().count(), 4, "{text}");
-}
-
-fn openssl(args: &[&str], dir: &std::path::Path) {
-    let bin = require("openssl", "openssl");
-    let s = Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(s.success(), "openssl {args:?}");
-}
-
-#[test]
 fn rediss_with_a_private_ca() {
     let certs = temp_dir();
-    let d = certs.path();
-    openssl(
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=dlock test CA",
-        ],
-        d,
-    );
-    openssl(
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-        d,
-    );
-    std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext",
-        ],
-        d,
-    );
+    let (ca, cert, key) = tls_certs(certs.path());
     let port = free_port();
-    let p = |f: &str| d.join(f).display().to_string();
+    let p = |f: &std::path::Path| f.display().to_string();
     let redis = RedisServer::start_with(&[
         "--tls-port",
         &port.to_string(),
         "--tls-cert-file",
-        &p("server.crt"),
+        &p(&cert),
         "--tls-key-file",
-        &p("server.key"),
+        &p(&key),
         "--tls-ca-cert-file",
-        &p("ca.crt"),
+        &p(&ca),
         "--tls-auth-clients",
         "no",
     ]);
-    let url = format!("rediss://localhost:{port}?ca_file={}", p("ca.crt"));
+    let url = format!("rediss://localhost:{port}?ca_file={}", p(&ca));
     let env = Env::with_stores(vec![url]);
     let o = env.run(&["run", "tls", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
     assert_code(&o, 0);
@@ -237,7 +149,7 @@ fn rediss_with_a_private_ca() {
     let plain = Env::with_stores(vec![format!(
         "rediss://127.0.0.1:{}?ca_file={}",
         redis.port,
-        p("ca.crt")
+        p(&ca)
     )]);
     let o = plain.run(&["lock", "tls3"]);
     assert_code(&o, 69);

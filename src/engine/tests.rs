@@ -1,0 +1,297 @@
+//! The quorum engine's own rules, on in-memory stores behind fault wrappers and a paused clock:
+//! split votes, lost replies, late majorities, clean-up after a failed attempt, the bakery
+//! fence merge and renewal by a minority. Each test fails if the rule it names is taken out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::{Engine, EngineError, Wait, timing};
+use crate::store::fault::{Fault, FaultyStore, Op};
+use crate::store::memory::MemoryStore;
+use crate::store::{Acquire, Attempt, ErrorKind, Mode, Store};
+
+const TTL: Duration = Duration::from_secs(30);
+const STORE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Three in-memory stores.
+fn stores() -> Vec<MemoryStore> {
+    (0..3).map(|i| MemoryStore::new(format!("m{i}"))).collect()
+}
+
+/// One client's view of the stores: its own fault wrapper around each.
+fn client(stores: &[MemoryStore], timeout: Duration) -> (Engine, Vec<Arc<FaultyStore>>) {
+    let faulty: Vec<Arc<FaultyStore>> = stores
+        .iter()
+        .map(|m| Arc::new(FaultyStore::new(Arc::new(m.clone()))))
+        .collect();
+    let dyns = faulty.iter().map(|f| f.clone() as Arc<dyn Store>).collect();
+    (Engine::from_stores(dyns, timeout), faulty)
+}
+
+fn request(ttl: Duration) -> Acquire {
+    Acquire {
+        names: vec!["job".into()],
+        token: crate::names::new_token(),
+        mode: Mode::Exclusive,
+        ttl,
+        meta: "{}".into(),
+        detached: false,
+    }
+}
+
+/// Whether `req`'s token holds its lock on this store.
+async fn holds(m: &MemoryStore, req: &Acquire) -> bool {
+    let owner = crate::names::owner_id(&req.token);
+    let st = m.inspect(&req.names[0]).await.unwrap();
+    st.holders.iter().any(|h| h.owner == owner)
+}
+
+async fn held_on(stores: &[MemoryStore], req: &Acquire) -> Vec<bool> {
+    join_all(stores.iter().map(|m| holds(m, req))).await
+}
+
+/// Three contenders each reach a different store first, so each store grants a different one
+/// and nobody has a majority. Each must give its one grant back (or all stay stuck until the
+/// ttl) and back off by a random amount, so that one of them then takes all the stores.
+#[tokio::test(start_paused = true)]
+async fn split_votes_are_given_back_and_one_contender_then_holds() {
+    let m = stores();
+    let contenders: Vec<(Engine, Acquire)> = (0..3)
+        .map(|i| {
+            let (engine, faulty) = client(&m, STORE_TIMEOUT);
+            for (j, f) in faulty.iter().enumerate() {
+                if j != i {
+                    f.set_for(Op::Acquire, Fault::Delay(Duration::from_millis(10)));
+                }
+                // Releases land after every late attempt was answered: a clean 1-1-1.
+                f.set_for(Op::Release, Fault::Delay(Duration::from_millis(20)));
+            }
+            (engine, request(TTL))
+        })
+        .collect();
+    // Without waiting: every attempt splits 1-1-1, and nothing stays held anywhere.
+    let results = join_all(contenders.iter().map(|(e, r)| e.acquire(r, Wait::No))).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(EngineError::NotAcquired))),
+        "{results:?}"
+    );
+    for (_, r) in &contenders {
+        assert_eq!(held_on(&m, r).await, [false; 3]);
+    }
+    // Waiting: they split again at first, then the back-off breaks the tie.
+    let wait = Wait::For(Duration::from_secs(5));
+    let results = join_all(contenders.iter().map(|(e, r)| e.acquire(r, wait))).await;
+    let winners: Vec<usize> = (0..3).filter(|&i| results[i].is_ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = &contenders[winners[0]].1;
+    let on = held_on(&m, winner).await;
+    assert!(on.iter().filter(|h| **h).count() >= 2, "{on:?}");
+}
+
+/// A store that granted but whose answer was lost holds a lease the client never heard of:
+/// a failed attempt must release it there, and a release of a held lease must reach it too.
+#[tokio::test(start_paused = true)]
+async fn a_grant_whose_reply_was_lost_is_released() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let other = request(TTL);
+    assert!(matches!(
+        m[1].try_acquire(&other, false).await.unwrap(),
+        Attempt::Granted(_)
+    ));
+    faulty[2].set_for(Op::Acquire, Fault::LoseReply);
+    // m0 grants, m1 is busy, m2 grants unheard: no majority, so both grants go back.
+    let req = request(TTL);
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    assert_eq!(held_on(&m, &req).await, [false; 3]);
+    // With m1 free a majority grants; m2's unheard grant is released with the lease.
+    m[1].release(&other.names, &other.token).await.unwrap();
+    let lease = engine.acquire(&req, Wait::No).await.expect("a majority");
+    assert_eq!(held_on(&m, &req).await, [true; 3]);
+    engine.release(&lease.req.names, &lease.req.token).await;
+    assert_eq!(held_on(&m, &req).await, [false; 3]);
+}
+
+/// A majority that arrives late still holds if the lease has time left, and the deadline is
+/// reckoned from when the attempt was sent, not from when the answers came.
+#[tokio::test(start_paused = true)]
+async fn a_majority_reached_late_inside_validity_holds() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let ttl = Duration::from_secs(1);
+    faulty[1].set_for(Op::Acquire, Fault::Delay(Duration::from_millis(300)));
+    faulty[2].set_for(Op::Acquire, Fault::Hang);
+    let start = Instant::now();
+    let req = request(ttl);
+    let lease = engine.acquire(&req, Wait::No).await.expect("held");
+    assert_eq!(lease.deadline - start, ttl - timing::drift(ttl));
+    assert_eq!(&held_on(&m, &req).await[..2], [true, true]);
+}
+
+/// A majority that arrives after the lease's validity is gone is not a lease: the attempt
+/// fails and every store that granted gives it back.
+#[tokio::test(start_paused = true)]
+async fn a_majority_reached_too_late_is_not_held_and_released_everywhere() {
+    let m = stores();
+    let (engine, faulty) = client(&m, Duration::from_secs(5));
+    let ttl = Duration::from_secs(1);
+    faulty[1].set_for(Op::Acquire, Fault::Delay(Duration::from_millis(995)));
+    faulty[2].set_for(Op::Acquire, Fault::Hang);
+    let req = request(ttl);
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    assert_eq!(held_on(&m, &req).await, [false; 3]);
+}
+
+/// Too few stores answered: the attempt fails as unavailable, after releasing on every store
+/// (the one that granted, and the one whose grant was applied but unheard).
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempt_releases_on_every_store() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    faulty[1].set_for(Op::Acquire, Fault::LoseReply);
+    faulty[2].set(Fault::Error(ErrorKind::Unavailable));
+    let req = request(TTL);
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    assert_eq!(held_on(&m, &req).await, [false; 3]);
+}
+
+/// The bakery rule: a store that lags behind the majority's highest fence is raised to it
+/// before the fence is handed out, so a later majority that meets that store and not the ones
+/// ahead still hands out more.
+#[tokio::test(start_paused = true)]
+async fn a_lagging_store_is_raised_before_the_fence_is_handed_out() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let names = vec!["job".to_string()];
+    for s in &m[1..] {
+        s.raise_fence(&names, &[100]).await.unwrap();
+    }
+    faulty[2].set(Fault::Error(ErrorKind::Unavailable));
+    // m0 (fence 0) and m1 (fence 100) grant: the lease's fence is m1's, and m0 is raised.
+    let first = engine
+        .acquire(&request(TTL), Wait::No)
+        .await
+        .expect("m0, m1");
+    assert_eq!(first.grants[0].fence, 101);
+    assert!(m[0].inspect("job").await.unwrap().fence >= 101);
+    engine.release(&names, &first.req.token).await;
+    // Now m0 and m2 (still at 100) grant: m0's raised counter keeps the fence rising.
+    faulty[2].set(Fault::None);
+    faulty[1].set(Fault::Error(ErrorKind::Unavailable));
+    let second = engine
+        .acquire(&request(TTL), Wait::No)
+        .await
+        .expect("m0, m2");
+    assert!(
+        second.grants[0].fence > first.grants[0].fence,
+        "fence {} after {}",
+        second.grants[0].fence,
+        first.grants[0].fence
+    );
+}
+
+/// A lagging store that cannot be raised does not count towards the majority: the fence is
+/// never handed out on stores that would hand out less next time.
+#[tokio::test(start_paused = true)]
+async fn a_lagging_store_that_cannot_be_raised_does_not_count() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let names = vec!["job".to_string()];
+    m[1].raise_fence(&names, &[100]).await.unwrap();
+    faulty[0].set_for(Op::Raise, Fault::Error(ErrorKind::Unavailable));
+    faulty[2].set(Fault::Error(ErrorKind::Unavailable));
+    let req = request(TTL);
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(r.is_err(), "held with an unraised store in the majority");
+    assert_eq!(held_on(&m, &req).await, [false; 3]);
+}
+
+/// A renewal that only a minority confirms does not extend the lease: gone on a majority is
+/// lost, unconfirmed by a majority is not renewed.
+#[tokio::test(start_paused = true)]
+async fn renewal_by_a_minority_is_lost() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let mut lease = engine.acquire(&request(TTL), Wait::No).await.expect("held");
+    let names = lease.req.names.clone();
+    // Gone on one store: a majority still renews.
+    m[0].force_release(&names).await.unwrap();
+    engine
+        .renew(&mut lease)
+        .await
+        .expect("renewed by m1 and m2");
+    // Gone on one, the other unreachable: only m2 renews, which is not a majority.
+    faulty[1].set(Fault::Error(ErrorKind::Unavailable));
+    let before = lease.deadline;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let r = engine.renew(&mut lease).await;
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    assert_eq!(lease.deadline, before, "the deadline moved");
+    // Gone on two: lost.
+    faulty[1].set(Fault::None);
+    m[1].force_release(&names).await.unwrap();
+    let r = engine.renew(&mut lease).await;
+    assert!(matches!(r, Err(EngineError::Lost(_))), "{r:?}");
+    assert_eq!(lease.deadline, before, "the deadline moved");
+}
+
+/// Whether `req`'s token is queued on this store.
+async fn queued(m: &MemoryStore, req: &Acquire) -> bool {
+    let owner = crate::names::owner_id(&req.token);
+    let st = m.inspect(&req.names[0]).await.unwrap();
+    st.waiters.iter().any(|w| w.owner == owner)
+}
+
+/// A waiter queues on the stores that answered busy; when it gives up (its wait ran out, or
+/// the stores stayed unreachable past the outage grace) it leaves no entry on any of them.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
+    let m = stores();
+    let holder = request(TTL);
+    for s in &m {
+        assert!(matches!(
+            s.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+    }
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let engine = Arc::new(engine);
+    // Its wait runs out.
+    let req = request(TTL);
+    let r = engine
+        .acquire(&req, Wait::For(Duration::from_secs(2)))
+        .await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    for s in &m {
+        assert!(!queued(s, &req).await, "left queued on {}", s.describe());
+    }
+    // The stores go away while it waits: it rides out the grace, then gives up.
+    let req = request(TTL);
+    let waiting = tokio::spawn({
+        let (engine, req) = (engine.clone(), req.clone());
+        async move {
+            engine
+                .acquire(&req, Wait::For(Duration::from_secs(60)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(queued(&m[0], &req).await, "not queued");
+    for f in &faulty[1..] {
+        f.set(Fault::Error(ErrorKind::Unavailable));
+    }
+    let r = waiting.await.unwrap();
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    assert!(
+        !queued(&m[0], &req).await,
+        "left queued on the store that stayed"
+    );
+}

@@ -1,0 +1,581 @@
+//! The store contract as a test suite: one async function per property of the `Store` trait,
+//! each taking a `Subject` (a way to open clients of one store, and what that store offers).
+//! Every adapter's tests are a short list of calls to these (see `tests/conformance.rs`), so a
+//! new store is written against the same suite and a difference between stores is a flag in
+//! `Caps`, never a forked copy of a test.
+//!
+//! Each property works in its own namespace, so all of them can run at once on one server.
+//! Waits are bounded generously and only ever fail on a store that never does the thing; no
+//! assertion depends on how fast a loaded machine is.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::{Instant, sleep, timeout};
+
+use super::{Acquire, Attempt, Granted, Mode, Previous, Store};
+
+/// What one store offers beyond the common contract.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    /// `inspect` lists the waiter a queued attempt registered (etcd and ZooKeeper queues,
+    /// Redis's wake-up list; not the file store, which wakes waiters by inotify).
+    pub shows_waiters: bool,
+    /// Waiters are served in queue order: a shared attempt does not pass a queued exclusive
+    /// one (etcd revisions, ZooKeeper sequence nodes).
+    pub fifo: bool,
+    /// A `run` (not detached) lease lives in the client's session, which keeps it alive:
+    /// renewing checks the owner but moves no store-side expiry (ZooKeeper).
+    pub session_leases: bool,
+    /// A ttl the store expires promptly: etcd rounds shorter leases up to its minimum.
+    pub short_ttl: Duration,
+}
+
+impl Default for Caps {
+    fn default() -> Caps {
+        Caps {
+            shows_waiters: false,
+            fifo: false,
+            session_leases: false,
+            short_ttl: Duration::from_secs(2),
+        }
+    }
+}
+
+pub type Opened = Pin<Box<dyn Future<Output = Arc<dyn Store>> + Send>>;
+
+/// The store under test.
+pub struct Subject {
+    /// Opens a client of the store for a namespace; clients of one namespace share its locks
+    /// (as two processes would).
+    pub open: Box<dyn Fn(&str) -> Opened + Send + Sync>,
+    pub caps: Caps,
+}
+
+impl Subject {
+    async fn client(&self, namespace: &str) -> Arc<dyn Store> {
+        within((self.open)(namespace)).await
+    }
+}
+
+/// The lease ttl of properties that do not wait for expiry: long enough for any machine.
+const TTL: Duration = Duration::from_secs(30);
+
+/// Bound on any one store call: a hang fails the property instead of blocking the run.
+const CALL_LIMIT: Duration = Duration::from_secs(30);
+
+async fn within<T>(f: impl Future<Output = T>) -> T {
+    timeout(CALL_LIMIT, f)
+        .await
+        .expect("the store did not answer within 30 s")
+}
+
+/// A namespace of its own for one run of one property.
+fn namespace(property: &str) -> String {
+    format!("{property}-{:08x}", rand::random::<u32>())
+}
+
+fn request(names: &[&str], mode: Mode, ttl: Duration, detached: bool) -> Acquire {
+    let mut names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    names.sort();
+    Acquire {
+        names,
+        token: crate::names::new_token(),
+        mode,
+        ttl,
+        meta: r#"{"host":"conformance","pid":1}"#.into(),
+        detached,
+    }
+}
+
+fn exclusive(name: &str) -> Acquire {
+    request(&[name], Mode::Exclusive, TTL, false)
+}
+
+async fn attempt(s: &dyn Store, req: &Acquire, queue: bool) -> Option<Vec<Granted>> {
+    match within(s.try_acquire(req, queue)).await {
+        Ok(Attempt::Granted(g)) => {
+            assert_eq!(g.len(), req.names.len(), "one grant per name");
+            Some(g)
+        }
+        Ok(Attempt::Busy { .. }) => None,
+        Err(e) => panic!("{}: try_acquire {:?}: {e}", s.describe(), req.names),
+    }
+}
+
+#[track_caller]
+fn expect_granted(g: Option<Vec<Granted>>, what: &str) -> Vec<Granted> {
+    g.unwrap_or_else(|| panic!("not granted: {what}"))
+}
+
+async fn grant(s: &dyn Store, req: &Acquire) -> Vec<Granted> {
+    let g = attempt(s, req, false).await;
+    expect_granted(g, &format!("{:?} {}", req.names, req.mode))
+}
+
+async fn busy(s: &dyn Store, req: &Acquire, why: &str) {
+    if attempt(s, req, false).await.is_some() {
+        panic!("{:?} {} was granted: {why}", req.names, req.mode);
+    }
+}
+
+async fn release(s: &dyn Store, req: &Acquire) -> bool {
+    within(s.release(&req.names, &req.token))
+        .await
+        .unwrap_or_else(|e| panic!("release: {e}"))
+}
+
+async fn renew(s: &dyn Store, req: &Acquire, ttl: Duration) -> bool {
+    within(s.renew(&req.names, &req.token, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("renew: {e}"))
+}
+
+async fn inspect(s: &dyn Store, name: &str) -> super::LockState {
+    within(s.inspect(name))
+        .await
+        .unwrap_or_else(|e| panic!("inspect {name}: {e}"))
+}
+
+async fn listed(s: &dyn Store, prefix: &str) -> Vec<String> {
+    let states = within(s.list(prefix))
+        .await
+        .unwrap_or_else(|e| panic!("list {prefix:?}: {e}"));
+    states.into_iter().map(|st| st.name).collect()
+}
+
+/// Attempt until granted: for a lease that must run out first. Fails only if the store keeps
+/// an expired holder for far longer than its ttl.
+async fn granted_after_expiry(s: &dyn Store, req: &Acquire, ttl: Duration) -> Vec<Granted> {
+    let limit = Instant::now() + ttl * 3 + Duration::from_secs(10);
+    loop {
+        if let Some(g) = attempt(s, req, false).await {
+            return g;
+        }
+        assert!(
+            Instant::now() < limit,
+            "an expired holder was still kept {:?} after its ttl of {ttl:?}",
+            ttl * 3 + Duration::from_secs(10)
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One holder at a time: a second exclusive or a shared attempt is busy until the first is
+/// released, then granted.
+pub async fn grant_is_exclusive(subject: &Subject) {
+    let s = subject.client(&namespace("exclusive")).await;
+    let a = exclusive("job");
+    grant(&*s, &a).await;
+    let b = exclusive("job");
+    busy(&*s, &b, "a second exclusive holder").await;
+    busy(
+        &*s,
+        &request(&["job"], Mode::Shared, TTL, false),
+        "a shared holder beside an exclusive one",
+    )
+    .await;
+    assert!(release(&*s, &a).await, "the holder's release found nothing");
+    grant(&*s, &b).await;
+}
+
+/// Many clients attempting at once: exactly one is granted (one atomic conditional operation
+/// per grant, no read-then-write race).
+pub async fn concurrent_attempts_grant_one(subject: &Subject) {
+    let ns = namespace("race");
+    let clients = join_all((0..8).map(|_| subject.client(&ns))).await;
+    let reqs: Vec<Acquire> = (0..8).map(|_| exclusive("hot")).collect();
+    let results = join_all(
+        clients
+            .iter()
+            .zip(&reqs)
+            .map(|(c, r)| attempt(c.as_ref(), r, false)),
+    )
+    .await;
+    let winners = results.iter().filter(|g| g.is_some()).count();
+    assert_eq!(
+        winners, 1,
+        "{winners} of 8 concurrent attempts were granted"
+    );
+    assert_eq!(inspect(&*clients[0], "hot").await.holders.len(), 1);
+}
+
+/// A holder past its ttl is dropped by the next grant itself (no client clean-up), never
+/// before its ttl, and only that holder: the others keep their slots.
+pub async fn expired_holders_are_dropped_inside_the_grant(subject: &Subject) {
+    let ns = namespace("expiry");
+    let ttl = subject.caps.short_ttl;
+    let slot = |ttl, detached| request(&["pool"], Mode::Limit(2), ttl, detached);
+    // The short lease is another client's, as `dlock lock --ttl` in another process: a
+    // ZooKeeper client keeps the session its first request set up (see `Caps::session_leases`).
+    let short = slot(ttl, true);
+    grant(&*subject.client(&ns).await, &short).await;
+    let s = subject.client(&ns).await;
+    let long = slot(TTL, false);
+    grant(&*s, &long).await;
+    let next = slot(TTL, false);
+    busy(&*s, &next, "the short holder's ttl has not run out").await;
+    // How the previous lease ended is `previous_reads_released_then_expired`'s: with a
+    // co-holder still in, etcd answers what that co-holder's grant was told.
+    granted_after_expiry(&*s, &next, ttl).await;
+    busy(&*s, &slot(TTL, false), "the long holder still has its slot").await;
+    let st = inspect(&*s, "pool").await;
+    let mut owners: Vec<String> = st.holders.iter().map(|h| h.owner.clone()).collect();
+    owners.sort();
+    let mut want = vec![
+        crate::names::owner_id(&long.token),
+        crate::names::owner_id(&next.token),
+    ];
+    want.sort();
+    assert_eq!(owners, want, "{st:?}");
+    // The expired holder's token no longer holds anything.
+    assert!(
+        !renew(&*s, &short, TTL).await,
+        "an expired lease was renewed"
+    );
+    assert!(!release(&*s, &short).await, "an expired lease was released");
+}
+
+/// `force_release` drops every holder, whoever it is, and the next holder hears that its
+/// predecessor did not finish by itself; on a free name it finds nothing.
+pub async fn force_release_drops_every_holder(subject: &Subject) {
+    let s = subject.client(&namespace("force")).await;
+    let names = vec!["db".to_string()];
+    let (r1, r2) = (
+        request(&["db"], Mode::Shared, TTL, false),
+        request(&["db"], Mode::Shared, TTL, false),
+    );
+    grant(&*s, &r1).await;
+    grant(&*s, &r2).await;
+    assert!(within(s.force_release(&names)).await.expect("force"));
+    assert!(inspect(&*s, "db").await.holders.is_empty());
+    assert!(
+        !renew(&*s, &r1, TTL).await,
+        "a forced-out lease was renewed"
+    );
+    let g = grant(&*s, &exclusive("db")).await;
+    assert_eq!(g[0].previous, Previous::Expired);
+    let free = vec!["free".to_string()];
+    assert!(!within(s.force_release(&free)).await.expect("force"));
+}
+
+/// A stale or foreign token releases nothing; the holder's own release works once.
+pub async fn release_checks_the_owner(subject: &Subject) {
+    let s = subject.client(&namespace("release")).await;
+    let a = exclusive("job");
+    grant(&*s, &a).await;
+    let stranger = exclusive("job");
+    assert!(
+        !release(&*s, &stranger).await,
+        "a foreign token released it"
+    );
+    busy(&*s, &exclusive("job"), "a foreign token's release freed it").await;
+    assert_eq!(inspect(&*s, "job").await.holders.len(), 1);
+    assert!(release(&*s, &a).await);
+    assert!(!release(&*s, &a).await, "released twice");
+    // The old token cannot release the next holder's lease either.
+    let b = exclusive("job");
+    grant(&*s, &b).await;
+    assert!(
+        !release(&*s, &a).await,
+        "a stale token released a newer lease"
+    );
+    let st = inspect(&*s, "job").await;
+    assert_eq!(st.holders.len(), 1);
+    assert_eq!(st.holders[0].owner, crate::names::owner_id(&b.token));
+}
+
+/// Renewal (`extend`) checks the owner and pushes the store's expiry out.
+pub async fn renew_checks_the_owner(subject: &Subject) {
+    let s = subject.client(&namespace("renew")).await;
+    let long = Duration::from_secs(50);
+    // A detached lease (`lock`): its expiry is the store's alone, so a renewal must move it.
+    let a = request(&["job"], Mode::Exclusive, Duration::from_secs(10), true);
+    grant(&*s, &a).await;
+    assert!(
+        !renew(&*s, &exclusive("job"), long).await,
+        "a stranger renewed it"
+    );
+    let fence = inspect(&*s, "job").await.holders[0].fence;
+    assert!(renew(&*s, &a, long).await, "the holder could not renew");
+    let h = &inspect(&*s, "job").await.holders[0];
+    assert!(
+        h.ttl_left_ms > 20_000,
+        "renewed to 50 s, yet {} ms left",
+        h.ttl_left_ms
+    );
+    assert_eq!(
+        h.fence, fence,
+        "a renewal is the same lease, with the same fence"
+    );
+    assert!(release(&*s, &a).await);
+    assert!(!renew(&*s, &a, long).await, "a released lease was renewed");
+    // A `run` lease: renewed by its owner only, wherever its expiry lives.
+    let r = request(&["run"], Mode::Exclusive, Duration::from_secs(10), false);
+    grant(&*s, &r).await;
+    assert!(!renew(&*s, &exclusive("run"), long).await);
+    assert!(renew(&*s, &r, long).await);
+    if !subject.caps.session_leases {
+        let left = inspect(&*s, "run").await.holders[0].ttl_left_ms;
+        assert!(left > 20_000, "renewed to 50 s, yet {left} ms left");
+    }
+    assert!(release(&*s, &r).await);
+    assert!(!renew(&*s, &r, long).await, "a released lease was renewed");
+}
+
+/// Every grant on a name gets a higher fence than every earlier one, whatever the mode, and
+/// `inspect` reports the last one handed out.
+pub async fn fences_rise(subject: &Subject) {
+    let s = subject.client(&namespace("fences")).await;
+    let mut last = 0;
+    let mut held: Vec<Acquire> = Vec::new();
+    // The two shared leases overlap: the second's fence rises past the first's while it holds.
+    for mode in [Mode::Exclusive, Mode::Shared, Mode::Shared, Mode::Limit(2)] {
+        if !held.iter().all(|r| r.mode == mode && mode == Mode::Shared) {
+            for r in held.drain(..) {
+                release(&*s, &r).await;
+            }
+        }
+        let r = request(&["job"], mode, TTL, false);
+        let f = grant(&*s, &r).await[0].fence;
+        assert!(f > last, "fence {f} after {last}");
+        assert!(inspect(&*s, "job").await.fence >= f);
+        held.push(r);
+        last = f;
+    }
+    for r in held.drain(..) {
+        release(&*s, &r).await;
+    }
+    // Another name has its own record; this one's still rises after it.
+    grant(&*s, &exclusive("other")).await;
+    let f = grant(&*s, &exclusive("job")).await;
+    assert!(f[0].fence > last, "fence {} after {last}", f[0].fence);
+}
+
+/// `raise_fence` lifts the counter (the quorum's bakery rule): the next grant hands out more
+/// than the raise; a raise below the counter lowers nothing.
+pub async fn raise_fence_lifts_the_next_fence(subject: &Subject) {
+    let s = subject.client(&namespace("raise")).await;
+    let names = vec!["job".to_string()];
+    let first = exclusive("job");
+    let f = grant(&*s, &first).await[0].fence;
+    release(&*s, &first).await;
+    let to = f + 1000;
+    within(s.raise_fence(&names, &[to])).await.expect("raise");
+    let second = exclusive("job");
+    let g = grant(&*s, &second).await[0].fence;
+    assert!(g > to, "fence {g} after a raise to {to}");
+    release(&*s, &second).await;
+    within(s.raise_fence(&names, &[1])).await.expect("raise");
+    let h = grant(&*s, &exclusive("job")).await[0].fence;
+    assert!(h > g, "fence {h} after {g}: a raise lowered the counter");
+}
+
+/// A grant learns how the lease before it ended: none, then released, then expired.
+pub async fn previous_reads_released_then_expired(subject: &Subject) {
+    let s = subject.client(&namespace("previous")).await;
+    let first = exclusive("job");
+    assert_eq!(grant(&*s, &first).await[0].previous, Previous::None);
+    release(&*s, &first).await;
+    let ttl = subject.caps.short_ttl;
+    let second = request(&["job"], Mode::Exclusive, ttl, true);
+    assert_eq!(grant(&*s, &second).await[0].previous, Previous::Released);
+    let third = exclusive("job");
+    let g = granted_after_expiry(&*s, &third, ttl).await;
+    assert_eq!(g[0].previous, Previous::Expired);
+    release(&*s, &third).await;
+    assert_eq!(inspect(&*s, "job").await.previous, Previous::Released);
+}
+
+/// Several names are granted together or not at all: a busy one leaves the others untouched.
+pub async fn names_are_granted_all_or_none(subject: &Subject) {
+    let s = subject.client(&namespace("multi")).await;
+    let b = exclusive("b");
+    grant(&*s, &b).await;
+    let abc = request(&["a", "b", "c"], Mode::Exclusive, TTL, false);
+    busy(&*s, &abc, "b is held by someone else").await;
+    for n in ["a", "c"] {
+        let st = inspect(&*s, n).await;
+        assert!(st.holders.is_empty() && st.waiters.is_empty(), "{st:?}");
+    }
+    release(&*s, &b).await;
+    let g = grant(&*s, &abc).await;
+    assert_eq!(g.len(), 3);
+    for n in ["a", "b", "c"] {
+        busy(&*s, &exclusive(n), "the multi-name lease holds it").await;
+    }
+    assert!(renew(&*s, &abc, TTL).await);
+    assert!(release(&*s, &abc).await);
+    for n in ["a", "b", "c"] {
+        assert!(inspect(&*s, n).await.holders.is_empty(), "{n} still held");
+    }
+}
+
+/// Shared holders share; an exclusive one waits for all of them, and they for it.
+pub async fn shared_mode(subject: &Subject) {
+    let s = subject.client(&namespace("shared")).await;
+    let shared = || request(&["db"], Mode::Shared, TTL, false);
+    let (r1, r2) = (shared(), shared());
+    grant(&*s, &r1).await;
+    grant(&*s, &r2).await;
+    assert_eq!(inspect(&*s, "db").await.holders.len(), 2);
+    let w = exclusive("db");
+    busy(&*s, &w, "two readers hold it").await;
+    release(&*s, &r1).await;
+    busy(&*s, &w, "one reader still holds it").await;
+    release(&*s, &r2).await;
+    grant(&*s, &w).await;
+    busy(&*s, &shared(), "a writer holds it").await;
+}
+
+/// `limit K` admits K holders and no more; a slot freed admits the next.
+pub async fn limit_mode(subject: &Subject) {
+    let s = subject.client(&namespace("limit")).await;
+    let slot = || request(&["pool"], Mode::Limit(2), TTL, false);
+    let a = slot();
+    grant(&*s, &a).await;
+    grant(&*s, &slot()).await;
+    let third = slot();
+    busy(&*s, &third, "both slots are taken").await;
+    busy(&*s, &exclusive("pool"), "limit holders exclude a writer").await;
+    busy(
+        &*s,
+        &request(&["pool"], Mode::Shared, TTL, false),
+        "limit holders exclude a reader",
+    )
+    .await;
+    release(&*s, &a).await;
+    grant(&*s, &third).await;
+    busy(&*s, &slot(), "both slots are taken again").await;
+}
+
+/// A waiter that gives up (releases by its token) leaves nothing behind, and is never the one
+/// the lock passes to.
+pub async fn release_removes_a_queued_entry(subject: &Subject) {
+    let ns = namespace("queue");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let holder = exclusive("q");
+    grant(&*s, &holder).await;
+    let waiter = exclusive("q");
+    let _listener = within(t.listen(&waiter)).await.expect("listen");
+    assert!(
+        attempt(&*t, &waiter, true).await.is_none(),
+        "granted past a holder"
+    );
+    if subject.caps.shows_waiters {
+        assert_eq!(inspect(&*s, "q").await.waiters.len(), 1, "not queued");
+    }
+    assert!(
+        !release(&*t, &waiter).await,
+        "a waiter's release held nothing"
+    );
+    let st = inspect(&*s, "q").await;
+    assert!(st.waiters.is_empty(), "left behind: {st:?}");
+    release(&*s, &holder).await;
+    let st = inspect(&*s, "q").await;
+    assert!(
+        st.holders.is_empty() && st.waiters.is_empty(),
+        "the withdrawn waiter got the lock or stayed queued: {st:?}"
+    );
+    grant(&*s, &exclusive("q")).await;
+}
+
+/// A listener opened before a queued attempt wakes on the holder's release (not after its
+/// whole wait), and the waiter's next attempt is granted.
+pub async fn listener_wakes_on_release(subject: &Subject) {
+    let ns = namespace("wake");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let holder = exclusive("w");
+    grant(&*s, &holder).await;
+    let waiter = exclusive("w");
+    let mut listener = within(t.listen(&waiter)).await.expect("listen");
+    assert!(attempt(&*t, &waiter, true).await.is_none());
+    release(&*s, &holder).await;
+    let max = Duration::from_secs(20);
+    let start = Instant::now();
+    listener.changed(max).await;
+    assert!(
+        start.elapsed() < max / 2,
+        "the release did not wake the listener ({:?})",
+        start.elapsed()
+    );
+    let g = attempt(&*t, &waiter, true).await;
+    expect_granted(g, "the woken waiter");
+}
+
+/// In a store with a queue, a reader does not pass a queued writer; without one, it may.
+pub async fn queued_writer_and_later_reader(subject: &Subject) {
+    let ns = namespace("fair");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let reader = request(&["rw"], Mode::Shared, TTL, false);
+    grant(&*s, &reader).await;
+    let writer = exclusive("rw");
+    let _listener = within(t.listen(&writer)).await.expect("listen");
+    assert!(attempt(&*t, &writer, true).await.is_none());
+    let later = request(&["rw"], Mode::Shared, TTL, false);
+    let got = attempt(&*s, &later, false).await.is_some();
+    assert_eq!(
+        got, !subject.caps.fifo,
+        "a reader after a queued writer: granted {got}"
+    );
+    release(&*t, &writer).await;
+}
+
+/// `inspect` shows exactly the live holders with their owner, mode, fence, time left and
+/// metadata; `list` shows exactly the names with a live holder under a prefix.
+pub async fn inspect_and_list_show_the_live_holders(subject: &Subject) {
+    let s = subject.client(&namespace("inspect")).await;
+    let a = exclusive("app/a");
+    let fa = grant(&*s, &a).await[0].fence;
+    let (b1, b2) = (
+        request(&["app/b"], Mode::Shared, TTL, false),
+        request(&["app/b"], Mode::Shared, TTL, false),
+    );
+    grant(&*s, &b1).await;
+    grant(&*s, &b2).await;
+    grant(&*s, &exclusive("other")).await;
+    let c = exclusive("app/c");
+    grant(&*s, &c).await;
+    release(&*s, &c).await;
+    let ttl = subject.caps.short_ttl;
+    let d = request(&["app/d"], Mode::Exclusive, ttl, true);
+    grant(&*s, &d).await;
+
+    let st = inspect(&*s, "app/a").await;
+    assert_eq!(st.holders.len(), 1, "{st:?}");
+    let h = &st.holders[0];
+    assert_eq!(h.owner, crate::names::owner_id(&a.token));
+    assert_eq!((h.mode, h.fence), (Mode::Exclusive, fa));
+    assert!(h.ttl_left_ms > 0 && h.ttl_left_ms <= TTL.as_millis() as u64);
+    assert_eq!(h.meta["host"], "conformance", "{:?}", h.meta);
+    assert!(st.fence >= fa);
+    let st = inspect(&*s, "app/b").await;
+    let mut owners: Vec<String> = st.holders.iter().map(|h| h.owner.clone()).collect();
+    owners.sort();
+    let mut want = vec![
+        crate::names::owner_id(&b1.token),
+        crate::names::owner_id(&b2.token),
+    ];
+    want.sort();
+    assert_eq!(owners, want);
+    assert!(st.holders.iter().all(|h| h.mode == Mode::Shared));
+    let st = inspect(&*s, "app/c").await;
+    assert!(st.holders.is_empty(), "a released holder is shown: {st:?}");
+    assert_eq!(st.previous, Previous::Released);
+    assert!(inspect(&*s, "never").await.holders.is_empty());
+
+    // Once app/d's short lease has run out, nothing shows it, though nobody took it since.
+    sleep(ttl + Duration::from_millis(500)).await;
+    let until = Instant::now() + ttl * 2 + Duration::from_secs(10);
+    while !inspect(&*s, "app/d").await.holders.is_empty() {
+        assert!(Instant::now() < until, "an expired holder is still shown");
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(listed(&*s, "app/").await, ["app/a", "app/b"]);
+    assert_eq!(listed(&*s, "").await, ["app/a", "app/b", "other"]);
+    release(&*s, &a).await;
+    assert_eq!(listed(&*s, "app/").await, ["app/b"]);
+}

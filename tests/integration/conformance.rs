@@ -1,0 +1,165 @@
+//! The store contract (`dlock::store::conformance`) run on every store: in memory, the file
+//! store, Redis, Redis Cluster, etcd (1 and 3 members) and ZooKeeper (standalone and a
+//! 3-member ensemble). One module per store, one test per property, so each run shows by name
+//! (`conformance::etcd3::fences_rise`). Each store's servers start once for the whole binary;
+//! every property works in its own namespace, so they run in parallel on them.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dlock::store::conformance::{Caps, Subject};
+use dlock::store::memory::MemoryStore;
+use dlock::store::{Store, url};
+
+use crate::common::etcd::EtcdServer;
+use crate::common::redis::{RedisCluster, RedisServer};
+use crate::common::zk::ZkServer;
+use crate::common::{shared, temp_dir};
+
+/// Clients of the store a URL names, one per call, as separate processes would have.
+fn by_url(url: &'static str, caps: Caps) -> Subject {
+    Subject {
+        open: Box::new(move |namespace| {
+            let namespace = namespace.to_string();
+            Box::pin(async move {
+                let parsed = url::parse(url).expect("a valid store URL");
+                dlock::store::open(&parsed, &namespace, Duration::from_secs(5))
+                    .await
+                    .unwrap_or_else(|e| panic!("open {url}: {e}"))
+            })
+        }),
+        caps,
+    }
+}
+
+fn memory() -> Subject {
+    let store = MemoryStore::new("memory");
+    Subject {
+        open: Box::new(move |_| {
+            let store: Arc<dyn Store> = Arc::new(store.clone());
+            Box::pin(async move { store })
+        }),
+        caps: Caps {
+            shows_waiters: true,
+            ..Caps::default()
+        },
+    }
+}
+
+fn file() -> Subject {
+    static DIR: OnceLock<String> = OnceLock::new();
+    let url = shared(&DIR, temp_dir, |d| format!("file://{}", d.path().display()));
+    by_url(url, Caps::default())
+}
+
+const REDIS: Caps = Caps {
+    shows_waiters: true,
+    fifo: false,
+    session_leases: false,
+    short_ttl: Duration::from_secs(2),
+};
+
+fn redis() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, RedisServer::start, RedisServer::url), REDIS)
+}
+
+fn redis_cluster() -> Subject {
+    static CLUSTER: OnceLock<String> = OnceLock::new();
+    let url = shared(&CLUSTER, || RedisCluster::start(3, 0), RedisCluster::url);
+    by_url(url, REDIS)
+}
+
+const ETCD: Caps = Caps {
+    shows_waiters: true,
+    fifo: true,
+    session_leases: false,
+    short_ttl: Duration::from_secs(2),
+};
+
+fn etcd1() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, EtcdServer::start, EtcdServer::url), ETCD)
+}
+
+fn etcd3() -> Subject {
+    static CLUSTER: OnceLock<String> = OnceLock::new();
+    let url = shared(&CLUSTER, || EtcdServer::cluster(3), EtcdServer::url);
+    by_url(url, ETCD)
+}
+
+const ZK: Caps = Caps {
+    shows_waiters: true,
+    fifo: true,
+    session_leases: true,
+    short_ttl: Duration::from_secs(2),
+};
+
+fn zk1() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, ZkServer::start, ZkServer::url), ZK)
+}
+
+fn zk3() -> Subject {
+    static ENSEMBLE: OnceLock<String> = OnceLock::new();
+    by_url(
+        shared(&ENSEMBLE, || ZkServer::ensemble(3), ZkServer::url),
+        ZK,
+    )
+}
+
+/// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
+/// whenever every task waits, so its expiry properties take no real time.
+fn runtime(paused: bool) -> tokio::runtime::Runtime {
+    let mut b = tokio::runtime::Builder::new_current_thread();
+    b.enable_all();
+    if paused {
+        b.start_paused(true);
+    }
+    b.build().unwrap()
+}
+
+/// One module per store with one test per property of the contract.
+macro_rules! conformance {
+    ($($store:ident (paused: $paused:expr) => $subject:expr;)*) => {$(
+        mod $store {
+            use super::*;
+            conformance!(@properties $paused, $subject;
+                grant_is_exclusive,
+                concurrent_attempts_grant_one,
+                expired_holders_are_dropped_inside_the_grant,
+                force_release_drops_every_holder,
+                release_checks_the_owner,
+                renew_checks_the_owner,
+                fences_rise,
+                raise_fence_lifts_the_next_fence,
+                previous_reads_released_then_expired,
+                names_are_granted_all_or_none,
+                shared_mode,
+                limit_mode,
+                release_removes_a_queued_entry,
+                listener_wakes_on_release,
+                queued_writer_and_later_reader,
+                inspect_and_list_show_the_live_holders,
+            );
+        }
+    )*};
+    (@properties $paused:expr, $subject:expr; $($property:ident,)*) => {$(
+        #[test]
+        fn $property() {
+            let subject = $subject;
+            runtime($paused).block_on(dlock::store::conformance::$property(&subject));
+        }
+    )*};
+}
+
+conformance! {
+    memory (paused: true) => memory();
+    file (paused: false) => file();
+    redis (paused: false) => redis();
+    redis_cluster (paused: false) => redis_cluster();
+    etcd1 (paused: false) => etcd1();
+    etcd3 (paused: false) => etcd3();
+    zk1 (paused: false) => zk1();
+    zk3 (paused: false) => zk3();
+}

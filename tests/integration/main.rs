@@ -1,0 +1,23 @@
+//! Every integration test in one binary (one link instead of one per file), one module per
+//! topic. The fixtures are in `tests/common/`, shared with the checker (`tests/checker/`),
+//! which keeps its own harness. Run one topic with `cargo test --test integration store_zk::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod cli;
+mod conformance;
+mod engine_fences;
+mod exclusion;
+mod generated;
+mod modes;
+mod multilock;
+mod quorum;
+mod regressions;
+mod store_etcd;
+mod store_redis;
+mod store_redis_cluster;
+mod store_zk;
+mod supervisor;
+mod waiter;
