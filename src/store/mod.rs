@@ -13,7 +13,9 @@
 
 pub mod etcd;
 pub mod file;
+pub mod postgres;
 pub mod redis;
+pub mod sql;
 pub mod url;
 pub mod zk;
 
@@ -353,6 +355,9 @@ pub async fn open(
             etcd::EtcdStore::connect(e, namespace, timeout).await?,
         )),
         StoreUrl::Zk(z) => Ok(Arc::new(zk::ZkStore::open(z, namespace, timeout)?)),
+        StoreUrl::Postgres(p) => Ok(Arc::new(
+            postgres::Postgres::connect(p, namespace, timeout).await?,
+        )),
     }
 }
 
