@@ -13,6 +13,7 @@
 
 pub mod etcd;
 pub mod file;
+pub mod mysql;
 pub mod postgres;
 pub mod redis;
 pub mod sql;
@@ -355,6 +356,9 @@ pub async fn open(
             etcd::EtcdStore::connect(e, namespace, timeout).await?,
         )),
         StoreUrl::Zk(z) => Ok(Arc::new(zk::ZkStore::open(z, namespace, timeout)?)),
+        StoreUrl::Mysql(m) => Ok(Arc::new(
+            mysql::Mysql::connect(m, namespace, timeout).await?,
+        )),
         StoreUrl::Postgres(p) => Ok(Arc::new(
             postgres::Postgres::connect(p, namespace, timeout).await?,
         )),

@@ -84,6 +84,7 @@ pub enum StoreUrl {
     Etcd(ServerUrl),
     Zk(ServerUrl),
     Postgres(ServerUrl),
+    Mysql(ServerUrl),
 }
 
 impl StoreUrl {
@@ -94,7 +95,8 @@ impl StoreUrl {
             | StoreUrl::RedisCluster(s)
             | StoreUrl::Etcd(s)
             | StoreUrl::Zk(s)
-            | StoreUrl::Postgres(s) => &s.scheme,
+            | StoreUrl::Postgres(s)
+            | StoreUrl::Mysql(s) => &s.scheme,
         }
     }
 
@@ -116,7 +118,8 @@ impl fmt::Display for StoreUrl {
             | StoreUrl::RedisCluster(s)
             | StoreUrl::Etcd(s)
             | StoreUrl::Zk(s)
-            | StoreUrl::Postgres(s) => {
+            | StoreUrl::Postgres(s)
+            | StoreUrl::Mysql(s) => {
                 write!(f, "{s}")
             }
         }
@@ -124,7 +127,7 @@ impl fmt::Display for StoreUrl {
 }
 
 const SCHEMES: &str = "file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, \
-     postgres://";
+     postgres://, mysql://";
 
 /// Parse one store URL. Errors are one line that says what is wrong and shows the right form.
 pub fn parse(input: &str) -> Result<StoreUrl, String> {
@@ -178,6 +181,7 @@ pub fn parse_with_env(
         "etcds" => (2379, true, true),
         "zk" => (2181, false, true),
         "postgres" | "postgresql" => (5432, false, false),
+        "mysql" | "mariadb" => (3306, false, false),
         _ => {
             return Err(format!(
                 "{shown:?}: unknown scheme {scheme:?}; use one of {SCHEMES}"
@@ -191,6 +195,7 @@ pub fn parse_with_env(
         "redis+cluster" | "rediss+cluster" => StoreUrl::RedisCluster(server),
         "etcd" | "etcds" => StoreUrl::Etcd(server),
         "postgres" | "postgresql" => StoreUrl::Postgres(server),
+        "mysql" | "mariadb" => StoreUrl::Mysql(server),
         _ => StoreUrl::Zk(server),
     })
 }
@@ -355,7 +360,8 @@ mod tests {
             | StoreUrl::RedisCluster(u)
             | StoreUrl::Etcd(u)
             | StoreUrl::Zk(u)
-            | StoreUrl::Postgres(u) => u,
+            | StoreUrl::Postgres(u)
+            | StoreUrl::Mysql(u) => u,
             StoreUrl::File { .. } => panic!("file"),
         }
     }

@@ -157,7 +157,7 @@ impl Postgres {
         let channels: Vec<String> = writes
             .iter()
             .filter_map(|w| match w {
-                Write::Wake { token } => Some(schema::channel(token)),
+                Write::Wake { token, .. } => Some(schema::channel(token)),
                 _ => None,
             })
             .collect();
@@ -275,6 +275,7 @@ fn load(names: &[String], records: &[Row], holders: &[Row], waiters: &[Row]) -> 
                     seq: row.get(3),
                     expires: row.get(4),
                     meta: row.get(5),
+                    bell: 0,
                 })
                 .collect();
             r

@@ -39,6 +39,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Start listening for the wake-ups addressed to this waiter's token.
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>>;
 
+    /// This process's bell for a waiter (see `rules::WaiterRow::bell`).
+    fn bell(&self, _token: &str) -> i64 {
+        0
+    }
+
     /// Names under the prefix that have a holder row (live or not).
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>>;
 }
@@ -64,6 +69,7 @@ impl<B: Backend> Store for SqlStore<B> {
             meta: &req.meta,
             queue,
             waiter_ttl_ms: ms(WAITER_TTL),
+            bell: self.0.bell(&req.token),
         };
         let mut outcome = None;
         self.0

@@ -28,6 +28,9 @@ pub struct WaiterRow {
     pub seq: i64,
     pub expires: i64,
     pub meta: String,
+    /// Where a release rings to wake this waiter, on a database that must be told (MySQL:
+    /// the id of the connection the waiter sleeps on); 0 where wake-ups go by token.
+    pub bell: i64,
 }
 
 /// Everything one name has in the store, as loaded under its row lock.
@@ -74,6 +77,7 @@ pub enum Write {
     /// database cannot wait for the commit; a wake-up is only ever a hint to try again).
     Wake {
         token: String,
+        bell: i64,
     },
 }
 
@@ -87,6 +91,8 @@ pub struct GrantRequest<'a> {
     pub queue: bool,
     /// How long a waiter row lives unless its waiter comes back.
     pub waiter_ttl_ms: i64,
+    /// The waiter's bell (see `WaiterRow::bell`).
+    pub bell: i64,
 }
 
 /// What a grant attempt decided.
@@ -174,6 +180,7 @@ fn wake(r: &mut Rows, now: i64, w: &mut Writes) {
         if first.expires > now {
             w.out.push(Write::Wake {
                 token: first.token.clone(),
+                bell: first.bell,
             });
             return;
         }
@@ -218,6 +225,7 @@ pub fn grant(rows: &mut [Rows], now: i64, req: &GrantRequest) -> (Outcome, Vec<W
                     seq,
                     expires: now + req.waiter_ttl_ms,
                     meta: req.meta.to_string(),
+                    bell: req.bell,
                 };
                 r.waiters.retain(|x| x.token != req.token);
                 r.waiters.push(row.clone());
@@ -402,6 +410,7 @@ mod tests {
             meta: "{}",
             queue,
             waiter_ttl_ms: 2000,
+            bell: 7,
         }
     }
 
@@ -526,7 +535,13 @@ mod tests {
             .iter()
             .filter(|w| matches!(w, Write::Wake { .. }))
             .collect();
-        assert_eq!(wakes, vec![&Write::Wake { token: "w1".into() }]);
+        assert_eq!(
+            wakes,
+            vec![&Write::Wake {
+                token: "w1".into(),
+                bell: 7
+            }]
+        );
         grant(&mut rs, 5, &req("w1", Mode::Exclusive, true));
         assert_eq!(rs[0].waiters.len(), 1);
         let (_, w) = release(&mut rs, 6, "w2");
@@ -545,7 +560,8 @@ mod tests {
         grant(&mut rs, 500, &req("live", Mode::Exclusive, true));
         let (_, w) = release(&mut rs, 2100, "t1");
         assert!(w.contains(&Write::Wake {
-            token: "live".into()
+            token: "live".into(),
+            bell: 7
         }));
         assert!(w.contains(&Write::DeleteWaiter {
             name: "a".into(),
