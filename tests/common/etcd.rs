@@ -276,7 +276,7 @@ impl Drop for EtcdServer {
 }
 
 /// A self-signed CA and a server certificate for 127.0.0.1 signed by it.
-fn make_certs(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+pub fn make_certs(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
     let openssl = require("openssl", "openssl");
     let p = |f: &str| dir.join(f);
     let run = |args: &[&str]| {
