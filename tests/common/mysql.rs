@@ -15,6 +15,7 @@ pub struct MariaDb {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 fn template() -> &'static PathBuf {
@@ -59,8 +60,9 @@ impl MariaDb {
             port: free_port(),
             dir,
             child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        s.boot(extra);
+        s.boot();
         s.sql(
             "CREATE DATABASE IF NOT EXISTS app; \
              CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'secret'; \
@@ -69,7 +71,7 @@ impl MariaDb {
         s
     }
 
-    fn boot(&mut self, extra: &[&str]) {
+    fn boot(&mut self) {
         let bin = require("mariadbd", "mariadb-server");
         let d = self.dir.path();
         let child = Command::new(bin)
@@ -79,7 +81,7 @@ impl MariaDb {
             .arg(format!("--socket={}", d.join("sock").display()))
             .arg(format!("--pid-file={}", d.join("pid").display()))
             .args(["--innodb-flush-log-at-trx-commit=2", "--skip-log-bin"])
-            .args(extra)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(d.join("log")).unwrap())
             .spawn()
@@ -129,6 +131,21 @@ impl MariaDb {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
+    }
+
+    /// Freeze the server: it keeps its port and its connections but answers nothing.
+    pub fn pause(&self) {
+        super::signal(self.pid(), libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        super::signal(self.pid(), libc::SIGCONT);
+    }
+
+    /// Kill the server and start it again on its data (InnoDB recovers its commits).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.boot();
     }
 
     pub fn stop(&mut self) {

@@ -16,6 +16,7 @@ const BIN: &str = "/usr/lib/postgresql/15/bin";
 pub struct PgServer {
     pub port: u16,
     dir: tempfile::TempDir,
+    settings: Vec<String>,
 }
 
 fn bin(name: &str) -> String {
@@ -112,20 +113,21 @@ impl PgServer {
         let s = PgServer {
             port: free_port(),
             dir,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
         };
-        s.boot(settings);
+        s.boot();
         s.psql("CREATE USER app");
         s.psql("GRANT CREATE ON DATABASE postgres TO app");
         s
     }
 
-    fn boot(&self, settings: &[&str]) {
+    fn boot(&self) {
         let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
             self.port,
             self.dir.path().display()
         );
-        for s in settings {
+        for s in &self.settings {
             opts.push_str(" -c ");
             opts.push_str(s);
         }
@@ -201,6 +203,45 @@ impl PgServer {
     pub fn pid(&self) -> u32 {
         let text = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
         text.lines().next().unwrap().trim().parse().unwrap()
+    }
+
+    /// The postmaster and every backend, for a freeze: the backends are its children.
+    fn processes(&self) -> Vec<u32> {
+        let pid = self.pid();
+        let mut all = vec![pid];
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|x| x.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                all.push(p);
+            }
+        }
+        all
+    }
+
+    /// Freeze the server: it keeps its port and its connections but answers nothing.
+    pub fn pause(&self) {
+        for p in self.processes() {
+            super::signal(p, libc::SIGSTOP);
+        }
+    }
+
+    pub fn resume(&self) {
+        for p in self.processes() {
+            super::signal(p, libc::SIGCONT);
+        }
+    }
+
+    /// Crash the server (immediate shutdown, as a kill) and start it again on its data.
+    pub fn restart(&self) {
+        self.stop();
+        self.boot();
     }
 
     pub fn stop(&self) {
