@@ -301,11 +301,18 @@ impl Backend for Mysql {
                 }
                 Err(e) => e,
             };
-            let _ = c.query_drop("ROLLBACK").await;
             tries += 1;
             if tries > 3 {
                 return Err(classify(e));
             }
+            if schema::connection_lost(&e) {
+                // The server went away (a restart, a dropped connection): a new session. A
+                // transaction cut off before its answer is tried again; every operation is
+                // safe to repeat (a repeated grant finds its own row and reports busy).
+                *c = Conn::new(self.opts.clone()).await.map_err(classify)?;
+                continue;
+            }
+            let _ = c.query_drop("ROLLBACK").await;
             if schema::missing_tables(&e) {
                 self.setup(&mut c).await?;
             } else if !schema::retryable(&e) {

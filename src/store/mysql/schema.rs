@@ -180,6 +180,8 @@ const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_LOCK_DEADLOCK: u16 = 1213;
 const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
 const ER_ACCESS_DENIED_NO_PASSWORD: u16 = 1698;
+const ER_SERVER_SHUTDOWN: u16 = 1053;
+const ER_CONNECTION_KILLED: u16 = 1927;
 
 fn code(e: &Error) -> Option<u16> {
     match e {
@@ -191,6 +193,13 @@ fn code(e: &Error) -> Option<u16> {
 /// Whether an error says dlock's tables are not there yet.
 pub fn missing_tables(e: &Error) -> bool {
     code(e) == Some(ER_NO_SUCH_TABLE)
+}
+
+/// Whether the connection is gone (the server restarted or dropped it), rather than the
+/// server having answered with an error.
+pub fn connection_lost(e: &Error) -> bool {
+    matches!(e, Error::Io(_) | Error::Driver(_))
+        || matches!(code(e), Some(ER_CONNECTION_KILLED | ER_SERVER_SHUTDOWN))
 }
 
 /// Whether InnoDB broke the transaction up over a lock (worth one more try).

@@ -33,10 +33,11 @@ use wake::Wakeups;
 pub type PostgresStore = SqlStore<Postgres>;
 
 pub struct Postgres {
-    client: Client,
-    /// One transaction at a time on the one connection: its statements are pipelined, and
-    /// another transaction's must not interleave with them.
-    gate: tokio::sync::Mutex<()>,
+    /// The one connection, opened again after the server dropped it. One transaction at a
+    /// time holds it: its statements are pipelined, and another's must not interleave.
+    client: tokio::sync::Mutex<Client>,
+    config: tokio_postgres::Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     sql: Sql,
     namespace: String,
     desc: String,
@@ -86,25 +87,12 @@ impl Postgres {
             config.password(p);
         }
         let wakeups = Arc::new(Wakeups::default());
-        let client = match tls {
-            None => {
-                let (client, conn) = config
-                    .connect(tokio_postgres::NoTls)
-                    .await
-                    .map_err(classify)?;
-                wake::drive(conn, wakeups.clone());
-                client
-            }
-            Some(files) => {
-                let connector = wake::tls_connector(&files)?;
-                let (client, conn) = config.connect(connector).await.map_err(classify)?;
-                wake::drive(conn, wakeups.clone());
-                client
-            }
-        };
+        let tls = tls.map(|f| wake::tls_connector(&f)).transpose()?;
+        let client = open(&config, tls.as_ref(), &wakeups).await?;
         Ok(SqlStore(Postgres {
-            client,
-            gate: tokio::sync::Mutex::new(()),
+            client: tokio::sync::Mutex::new(client),
+            config,
+            tls,
             sql: Sql::new(&schema),
             namespace: namespace.to_string(),
             desc: url.to_string(),
@@ -116,11 +104,11 @@ impl Postgres {
     /// One try of a transaction; the caller rolls back on error.
     async fn attempt(
         &self,
+        c: &Client,
         names: &[String],
         create: bool,
         decide: Decide<'_>,
     ) -> Result<(), tokio_postgres::Error> {
-        let c = &self.client;
         let (ns, names_v) = (&self.namespace, names.to_vec());
         let all: [Param; 2] = [(ns, Type::TEXT), (&names_v, Type::TEXT_ARRAY)];
         let begin = c.batch_execute("BEGIN");
@@ -147,12 +135,11 @@ impl Postgres {
         let now: i64 = clock.first().map_or(0, |r| r.get(0));
         let mut rows = load(names, &records, &holders, &waiters);
         let writes = decide(now, &mut rows);
-        self.apply(&writes).await
+        self.apply(c, &writes).await
     }
 
     /// Every write and the COMMIT, pipelined in order.
-    async fn apply(&self, writes: &[Write]) -> Result<(), tokio_postgres::Error> {
-        let c = &self.client;
+    async fn apply(&self, c: &Client, writes: &[Write]) -> Result<(), tokio_postgres::Error> {
         let ns = &self.namespace;
         let channels: Vec<String> = writes
             .iter()
@@ -228,12 +215,45 @@ impl Postgres {
         join_all(calls).await.into_iter().collect()
     }
 
-    async fn setup(&self) -> StoreResult<()> {
-        self.client
-            .batch_execute(&self.sql.setup)
+    async fn setup(&self, c: &Client) -> StoreResult<()> {
+        c.batch_execute(&self.sql.setup)
             .await
             .map_err(|e| schema::setup_error(e, &self.sql.schema, &self.user))
     }
+}
+
+/// Connect, run the connection on this runtime, and LISTEN again for this process's waiters
+/// (a new session has none of the old one's).
+async fn open(
+    config: &tokio_postgres::Config,
+    tls: Option<&tokio_postgres_rustls::MakeRustlsConnect>,
+    wakeups: &Arc<Wakeups>,
+) -> StoreResult<Client> {
+    let client = match tls {
+        None => {
+            let (client, conn) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(classify)?;
+            wake::drive(conn, wakeups.clone());
+            client
+        }
+        Some(tls) => {
+            let (client, conn) = config.connect(tls.clone()).await.map_err(classify)?;
+            wake::drive(conn, wakeups.clone());
+            client
+        }
+    };
+    for channel in wakeups.channels() {
+        listen_on(&client, &channel).await?;
+    }
+    Ok(client)
+}
+
+async fn listen_on(c: &Client, channel: &str) -> StoreResult<()> {
+    c.batch_execute(&format!("LISTEN \"{channel}\""))
+        .await
+        .map_err(classify)
 }
 
 async fn exec(c: &Client, sql: &str, params: Vec<Param<'_>>) -> Result<(), tokio_postgres::Error> {
@@ -295,19 +315,25 @@ impl Backend for Postgres {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<()> {
-        let _one = self.gate.lock().await;
+        let mut c = self.client.lock().await;
         let mut tries = 0;
         loop {
-            let r = self.attempt(names, create, &mut *decide).await;
+            if c.is_closed() {
+                // The server went away (a restart, a dropped connection): a new session. A
+                // transaction cut off before its answer is tried again; every operation is
+                // safe to repeat (a repeated grant finds its own row and reports busy).
+                *c = open(&self.config, self.tls.as_ref(), &self.wakeups).await?;
+            }
+            let r = self.attempt(&c, names, create, &mut *decide).await;
             let Err(e) = r else { return Ok(()) };
-            let _ = self.client.batch_execute("ROLLBACK").await;
+            let _ = c.batch_execute("ROLLBACK").await;
             tries += 1;
             if tries > 3 {
                 return Err(classify(e));
             }
             if schema::missing_tables(&e) {
-                self.setup().await?;
-            } else if !schema::retryable(&e) {
+                self.setup(&c).await?;
+            } else if !schema::retryable(&e) && !c.is_closed() {
                 return Err(classify(e));
             }
         }
@@ -316,20 +342,15 @@ impl Backend for Postgres {
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         let channel = schema::channel(token);
         let listener = self.wakeups.register(&channel);
-        let _one = self.gate.lock().await;
-        self.client
-            .batch_execute(&format!("LISTEN \"{channel}\""))
-            .await
-            .map_err(classify)?;
+        listen_on(&*self.client.lock().await, &channel).await?;
         Ok(Box::new(listener))
     }
 
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
-        let _one = self.gate.lock().await;
+        let c = self.client.lock().await;
         let ns = &self.namespace;
         let prefix = prefix.to_string();
-        let rows = match self
-            .client
+        let rows = match c
             .query_typed(
                 &self.sql.held_names,
                 &[(ns, Type::TEXT), (&prefix, Type::TEXT)],

@@ -32,6 +32,11 @@ impl Wakeups {
         }
     }
 
+    /// Every channel a waiter of this process listens on.
+    pub fn channels(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+
     fn deliver(&self, channel: &str) {
         if let Some(n) = self.0.lock().unwrap().get(channel) {
             n.notify_one();
