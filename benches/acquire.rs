@@ -1,7 +1,7 @@
 //! In-process latency through the engine, with real servers on loopback started here:
 //! - one uncontended acquire + release, per store setup: a single Redis, quorums of 3 and 5
 //!   independent servers, 5 with one stopped (SIGSTOP), a 3-master Redis Cluster, the file
-//!   store, etcd and ZooKeeper;
+//!   store, etcd, ZooKeeper, PostgreSQL and MariaDB;
 //! - handoff: 8 contenders in one process loop on one lock; the time from a holder starting
 //!   its release to the next holder's grant (release, notification, grant). Once with no
 //!   work under the lock, where each release overlaps the releaser queueing again, and once
@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use std::sync::{Arc, Mutex};
 
 use common::etcd::EtcdServer;
+use common::mysql::MariaDb;
+use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use dlock::engine::{Engine, Wait};
@@ -186,6 +188,10 @@ fn main() {
     };
     let etcd = (wanted("etcd, one node") || wanted(ETCD_FLOOR)).then(EtcdServer::start);
     let zk = wanted("ZooKeeper, standalone").then(ZkServer::start);
+    let pg = wanted("PostgreSQL").then(PgServer::start);
+    let my = wanted("MariaDB").then(MariaDb::start);
+    let pg_url = || vec![parse(pg.as_ref().unwrap().url())];
+    let my_url = || vec![parse(my.as_ref().unwrap().url())];
     let etcd_url = || vec![parse(etcd.as_ref().unwrap().url())];
     let zk_url = || vec![parse(zk.as_ref().unwrap().url())];
 
@@ -208,6 +214,8 @@ fn main() {
     );
     row("etcd, one node", || m(&etcd_url(), rounds / 4), single);
     row("ZooKeeper, standalone", || m(&zk_url(), rounds / 4), single);
+    row("PostgreSQL", || m(&pg_url(), rounds / 4), single);
+    row("MariaDB", || m(&my_url(), rounds / 4), single);
     // A stopped server costs its store timeout only while connecting; each round then waits
     // for a majority, not for it (the fan-out returns when all answered or timed out).
     row(
@@ -241,5 +249,7 @@ fn main() {
             );
         }
         row("ZooKeeper, standalone", || hand(&zk_url()), single);
+        row("PostgreSQL", || hand(&pg_url()), single);
+        row("MariaDB", || hand(&my_url()), single);
     }
 }

@@ -13,8 +13,11 @@
 
 pub(crate) mod etcd;
 pub(crate) mod file;
+pub(crate) mod mysql;
+pub(crate) mod postgres;
 pub(crate) mod queue;
 pub mod redis;
+pub(crate) mod sql;
 pub(crate) mod tls;
 pub mod url;
 pub(crate) mod zk;
@@ -372,6 +375,12 @@ pub async fn open(
             etcd::EtcdStore::connect(e, namespace, timeout).await?,
         )),
         StoreUrl::Zk(z) => Ok(Arc::new(zk::ZkStore::open(z, namespace, timeout)?)),
+        StoreUrl::Mysql(m) => Ok(Arc::new(
+            mysql::Mysql::connect(m, namespace, timeout).await?,
+        )),
+        StoreUrl::Postgres(p) => Ok(Arc::new(
+            postgres::Postgres::connect(p, namespace, timeout).await?,
+        )),
     }
 }
 

@@ -83,6 +83,8 @@ pub enum StoreUrl {
     RedisCluster(ServerUrl),
     Etcd(ServerUrl),
     Zk(ServerUrl),
+    Postgres(ServerUrl),
+    Mysql(ServerUrl),
 }
 
 impl StoreUrl {
@@ -92,7 +94,9 @@ impl StoreUrl {
             StoreUrl::Redis(s)
             | StoreUrl::RedisCluster(s)
             | StoreUrl::Etcd(s)
-            | StoreUrl::Zk(s) => &s.scheme,
+            | StoreUrl::Zk(s)
+            | StoreUrl::Postgres(s)
+            | StoreUrl::Mysql(s) => &s.scheme,
         }
     }
 
@@ -113,15 +117,17 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Redis(s)
             | StoreUrl::RedisCluster(s)
             | StoreUrl::Etcd(s)
-            | StoreUrl::Zk(s) => {
+            | StoreUrl::Zk(s)
+            | StoreUrl::Postgres(s)
+            | StoreUrl::Mysql(s) => {
                 write!(f, "{s}")
             }
         }
     }
 }
 
-const SCHEMES: &str =
-    "file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://";
+const SCHEMES: &str = "file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, \
+     postgres://, mysql://";
 
 /// Parse one store URL. Errors are one line that says what is wrong and shows the right form.
 pub fn parse(input: &str) -> Result<StoreUrl, String> {
@@ -174,6 +180,8 @@ pub fn parse_with_env(
         "etcd" => (2379, false, true),
         "etcds" => (2379, true, true),
         "zk" => (2181, false, true),
+        "postgres" | "postgresql" => (5432, false, false),
+        "mysql" | "mariadb" => (3306, false, false),
         _ => {
             return Err(format!(
                 "{shown:?}: unknown scheme {scheme:?}; use one of {SCHEMES}"
@@ -186,6 +194,8 @@ pub fn parse_with_env(
         "redis" | "rediss" => StoreUrl::Redis(server),
         "redis+cluster" | "rediss+cluster" => StoreUrl::RedisCluster(server),
         "etcd" | "etcds" => StoreUrl::Etcd(server),
+        "postgres" | "postgresql" => StoreUrl::Postgres(server),
+        "mysql" | "mariadb" => StoreUrl::Mysql(server),
         _ => StoreUrl::Zk(server),
     })
 }
@@ -226,6 +236,11 @@ fn parse_server(
     let mut hosts = Vec::new();
     for h in hostlist.split(',') {
         hosts.push(parse_host(h, default_port)?);
+    }
+    if hosts.len() > 1 && !multi && !scheme.starts_with("redis") {
+        return Err(format!(
+            "{scheme}:// names one server; give each server its own --store for a quorum"
+        ));
     }
     if hosts.len() > 1 && !multi {
         return Err(format!(
@@ -344,9 +359,34 @@ mod tests {
             StoreUrl::Redis(u)
             | StoreUrl::RedisCluster(u)
             | StoreUrl::Etcd(u)
-            | StoreUrl::Zk(u) => u,
+            | StoreUrl::Zk(u)
+            | StoreUrl::Postgres(u)
+            | StoreUrl::Mysql(u) => u,
             StoreUrl::File { .. } => panic!("file"),
         }
+    }
+
+    #[test]
+    fn postgres_urls() {
+        for scheme in ["postgres", "postgresql"] {
+            let u = server(&format!("{scheme}://app:pw@db:6543/locks?sslmode=require"));
+            assert_eq!(
+                u.hosts,
+                vec![HostPort {
+                    host: "db".into(),
+                    port: 6543
+                }]
+            );
+            assert_eq!(
+                (u.user.as_deref(), u.path.as_str()),
+                (Some("app"), "/locks")
+            );
+            assert_eq!(u.to_string(), format!("{scheme}://app:***@db:6543/locks"));
+        }
+        assert_eq!(server("postgres://h").hosts[0].port, 5432);
+        let e = parse_with_env("postgres://a,b/db", &no_env).unwrap_err();
+        assert!(e.contains("give each server its own --store"), "{e}");
+        assert!(!e.contains("cluster"), "{e}");
     }
 
     #[test]

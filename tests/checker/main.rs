@@ -25,6 +25,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
+use common::mysql::MariaDb;
+use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use common::{Env, signal, temp_dir, wait_child};
@@ -220,6 +222,9 @@ enum Fault {
     /// SIGKILL the Redis Cluster master that owns the name; its replica takes over; the old
     /// master comes back (as a replica of the new one).
     MasterKill,
+    /// Crash a database server (SIGKILL, or PostgreSQL's immediate shutdown) and start it
+    /// again at once on its data: committed rows survive, every session is cut.
+    ServerRestart,
 }
 
 impl Fault {
@@ -233,12 +238,13 @@ impl Fault {
             Fault::RestartEmpty => "restart-empty",
             Fault::NodeKill => "node-kill",
             Fault::MasterKill => "master-kill",
+            Fault::ServerRestart => "server-restart",
         }
     }
 }
 
-const SETUPS: [&str; 7] = [
-    "file", "redis", "quorum3", "quorum5", "cluster", "etcd", "zk",
+const SETUPS: [&str; 9] = [
+    "file", "redis", "quorum3", "quorum5", "cluster", "etcd", "zk", "postgres", "mysql",
 ];
 
 enum Stores {
@@ -247,6 +253,8 @@ enum Stores {
     Cluster(RedisCluster),
     Etcd(EtcdServer),
     Zk(ZkServer),
+    Postgres(PgServer),
+    Mysql(MariaDb),
 }
 
 struct Setup {
@@ -317,6 +325,16 @@ impl Setup {
                 faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
                 min_ttl: Duration::from_secs(2),
             },
+            "postgres" => Setup {
+                stores: Stores::Postgres(PgServer::start()),
+                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, ServerRestart],
+                min_ttl: short,
+            },
+            "mysql" => Setup {
+                stores: Stores::Mysql(MariaDb::start()),
+                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, ServerRestart],
+                min_ttl: short,
+            },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
     }
@@ -328,6 +346,8 @@ impl Setup {
             Stores::Cluster(c) => vec![format!("{}?wait_replicas=1", c.url())],
             Stores::Etcd(e) => vec![e.url()],
             Stores::Zk(z) => vec![z.url()],
+            Stores::Postgres(p) => vec![p.url()],
+            Stores::Mysql(m) => vec![m.url()],
         }
     }
 
@@ -392,8 +412,30 @@ impl Setup {
                 }
                 out
             }
+            // The per-name record (fence, previous) stays by design; no live holder or waiter
+            // row may be left. A row past its expiry (on the server's clock) is dead: every
+            // decision ignores it and the next operation on its name deletes it.
+            Stores::Postgres(p) => sql_rows(&p.psql(
+                "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms) \
+                 SELECT name || ' ' || token FROM dlock.holders, now WHERE expires > ms \
+                 UNION ALL SELECT name || ' waiting ' || token FROM dlock.waiters, now \
+                 WHERE expires > ms",
+            )),
+            Stores::Mysql(m) => sql_rows(&m.sql(
+                "SELECT CONCAT(name, ' ', token) FROM app.dlock_holders WHERE expires > \
+                 TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000 UNION ALL \
+                 SELECT CONCAT(name, ' waiting ', token) FROM app.dlock_waiters WHERE expires > \
+                 TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000",
+            )),
         }
     }
+}
+
+fn sql_rows(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Keys on one Redis server but the per-name fence record `dlock:{ns:name}:f` (kept by design).
@@ -663,6 +705,30 @@ impl Run {
                     _ => unreachable!(),
                 }
                 format!("leader {} of 3", leader + 1)
+            }
+            Stores::Postgres(p) => {
+                match fault {
+                    Fault::StoreStop => {
+                        p.pause();
+                        thread::sleep(ttl * 2);
+                        p.resume();
+                    }
+                    Fault::ServerRestart => p.restart(),
+                    _ => unreachable!(),
+                }
+                "the server".to_string()
+            }
+            Stores::Mysql(m) => {
+                match fault {
+                    Fault::StoreStop => {
+                        m.pause();
+                        thread::sleep(ttl * 2);
+                        m.resume();
+                    }
+                    Fault::ServerRestart => m.restart(),
+                    _ => unreachable!(),
+                }
+                "the server".to_string()
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
         };

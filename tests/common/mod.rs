@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod mysql;
+pub mod postgres;
 pub mod redis;
 pub mod zk;
 

@@ -1,6 +1,6 @@
 //! The store contract (`dlock::store::conformance`) run on every store: in memory, the file
-//! store, Redis, Redis Cluster, etcd (1 and 3 members) and ZooKeeper (standalone and a
-//! 3-member ensemble). One module per store, one test per property, so each run shows by name
+//! store, Redis, Redis Cluster, etcd (1 and 3 members), ZooKeeper (standalone and a
+//! 3-member ensemble), PostgreSQL and MariaDB. One module per store, one test per property, so each run shows by name
 //! (`conformance::etcd3::fences_rise`). Each store's servers start once for the whole binary;
 //! every property works in its own namespace, so they run in parallel on them.
 
@@ -12,6 +12,8 @@ use dlock::store::memory::MemoryStore;
 use dlock::store::{Store, url};
 
 use crate::common::etcd::EtcdServer;
+use crate::common::mysql::MariaDb;
+use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
 use crate::common::zk::ZkServer;
 use crate::common::{shared, temp_dir};
@@ -108,6 +110,25 @@ fn zk3() -> Subject {
     )
 }
 
+/// The SQL stores keep waiter rows (shown by inspect), serve waiters by wake-up rather than
+/// in queue order, and judge expiry by the server's clock in milliseconds.
+const SQL: Caps = Caps {
+    shows_waiters: true,
+    fifo: false,
+    session_leases: false,
+    short_ttl: Duration::from_secs(2),
+};
+
+fn postgres() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, PgServer::start, PgServer::url), SQL)
+}
+
+fn mariadb() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, MariaDb::start, MariaDb::url), SQL)
+}
+
 /// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
 /// whenever every task waits, so its expiry properties take no real time.
 fn runtime(paused: bool) -> tokio::runtime::Runtime {
@@ -162,4 +183,6 @@ conformance! {
     etcd3 (paused: false) => etcd3();
     zk1 (paused: false) => zk1();
     zk3 (paused: false) => zk3();
+    postgres (paused: false) => postgres();
+    mariadb (paused: false) => mariadb();
 }

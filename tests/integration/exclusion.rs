@@ -3,6 +3,8 @@
 //! URL (the store contract itself is in conformance.rs). And namespaces keep names apart.
 
 use crate::common::etcd::EtcdServer;
+use crate::common::mysql::MariaDb;
+use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
 use crate::common::zk::ZkServer;
 use crate::common::*;
@@ -59,6 +61,19 @@ fn on_zookeeper() {
 fn on_a_three_member_zookeeper_ensemble() {
     let zk = ZkServer::ensemble(3);
     eight_runs_never_overlap(vec![zk.url()]);
+}
+
+/// On a fresh database: the eight first users also race to create dlock's tables.
+#[test]
+fn on_postgres() {
+    let pg = PgServer::start();
+    eight_runs_never_overlap(vec![pg.url()]);
+}
+
+#[test]
+fn on_mariadb() {
+    let db = MariaDb::start();
+    eight_runs_never_overlap(vec![db.url()]);
 }
 
 #[test]

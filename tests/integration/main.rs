@@ -18,6 +18,7 @@ mod regressions;
 mod store_etcd;
 mod store_redis;
 mod store_redis_cluster;
+mod store_sql;
 mod store_zk;
 mod supervisor;
 mod waiter;

@@ -1,0 +1,253 @@
+//! The MySQL/MariaDB store's tables and statements, and what its errors mean for dlock.
+//!
+//! Three InnoDB tables in the URL's database, named by a prefix (`?table=`, default `dlock`):
+//! `_records`, `_holders`, `_waiters`, as in the PostgreSQL store. Names and tokens are
+//! VARBINARY: a case-insensitive collation must never make `Deploy` and `deploy` one lock.
+//! The tables are created on first use under a named lock, so two clients starting at once
+//! cannot trip over each other's CREATE.
+
+use mysql_async::Error;
+
+use crate::store::StoreError;
+
+/// A table prefix dlock may put into SQL as it is: lower-case letters, digits, `_`.
+pub fn check_prefix(name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "table={name:?} is not a plain table prefix (lower-case letters, digits and _)"
+        ))
+    }
+}
+
+/// Every statement the store sends, with its tables filled in once. Statements over a list
+/// of names take the list as `IN (…)` with one placeholder per name (`in_list`).
+pub struct Sql {
+    pub prefix: String,
+    pub setup: Vec<String>,
+    records: String,
+    holders: String,
+    waiters: String,
+}
+
+/// The server's clock in ms since the epoch, independent of the session's time zone.
+pub const CLOCK: &str =
+    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000";
+
+impl Sql {
+    pub fn new(prefix: &str) -> Sql {
+        let (r, h, w) = (
+            format!("{prefix}_records"),
+            format!("{prefix}_holders"),
+            format!("{prefix}_waiters"),
+        );
+        Sql {
+            prefix: prefix.to_string(),
+            setup: vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {r} (
+                       ns VARBINARY(255) NOT NULL, name VARBINARY(255) NOT NULL,
+                       fence BIGINT NOT NULL DEFAULT 0,
+                       previous VARBINARY(16) NOT NULL DEFAULT 'none',
+                       wseq BIGINT NOT NULL DEFAULT 0,
+                       PRIMARY KEY (ns, name)) ENGINE=InnoDB"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {h} (
+                       ns VARBINARY(255) NOT NULL, name VARBINARY(255) NOT NULL,
+                       token VARBINARY(64) NOT NULL, mode VARBINARY(16) NOT NULL,
+                       fence BIGINT NOT NULL, expires BIGINT NOT NULL, meta BLOB NOT NULL,
+                       PRIMARY KEY (ns, name, token)) ENGINE=InnoDB"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {w} (
+                       ns VARBINARY(255) NOT NULL, name VARBINARY(255) NOT NULL,
+                       token VARBINARY(64) NOT NULL, mode VARBINARY(16) NOT NULL,
+                       seq BIGINT NOT NULL, expires BIGINT NOT NULL, meta BLOB NOT NULL,
+                       bell BIGINT NOT NULL DEFAULT 0,
+                       PRIMARY KEY (ns, name, token)) ENGINE=InnoDB"
+                ),
+            ],
+            records: r,
+            holders: h,
+            waiters: w,
+        }
+    }
+
+    pub fn create_records(&self, n: usize) -> String {
+        let values = vec!["(?, ?)"; n].join(", ");
+        format!(
+            "INSERT INTO {} (ns, name) VALUES {values} ON DUPLICATE KEY UPDATE name = name",
+            self.records
+        )
+    }
+
+    pub fn lock_records(&self, n: usize) -> String {
+        format!(
+            "SELECT name, fence, previous, wseq FROM {} WHERE ns = ? AND name IN ({})
+             ORDER BY name FOR UPDATE",
+            self.records,
+            in_list(n)
+        )
+    }
+
+    /// Locking reads: they see the newest committed rows whatever the isolation level.
+    pub fn holders(&self, n: usize) -> String {
+        format!(
+            "SELECT name, token, mode, fence, expires, meta FROM {} WHERE ns = ? AND name IN ({})
+             FOR UPDATE",
+            self.holders,
+            in_list(n)
+        )
+    }
+
+    pub fn waiters(&self, n: usize) -> String {
+        format!(
+            "SELECT name, token, mode, seq, expires, meta, bell FROM {} WHERE ns = ? AND name IN ({})
+             FOR UPDATE",
+            self.waiters,
+            in_list(n)
+        )
+    }
+
+    pub fn put_record(&self) -> String {
+        format!(
+            "UPDATE {} SET fence = ?, previous = ?, wseq = ? WHERE ns = ? AND name = ?",
+            self.records
+        )
+    }
+
+    pub fn put_holder(&self) -> String {
+        format!(
+            "INSERT INTO {} (ns, name, token, mode, fence, expires, meta)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE mode = VALUES(mode), fence = VALUES(fence),
+               expires = VALUES(expires), meta = VALUES(meta)",
+            self.holders
+        )
+    }
+
+    pub fn put_waiter(&self) -> String {
+        format!(
+            "INSERT INTO {} (ns, name, token, mode, seq, expires, meta, bell)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE mode = VALUES(mode), seq = VALUES(seq),
+               expires = VALUES(expires), meta = VALUES(meta), bell = VALUES(bell)",
+            self.waiters
+        )
+    }
+
+    pub fn delete_holder(&self) -> String {
+        format!(
+            "DELETE FROM {} WHERE ns = ? AND name = ? AND token = ?",
+            self.holders
+        )
+    }
+
+    pub fn delete_waiter(&self) -> String {
+        format!(
+            "DELETE FROM {} WHERE ns = ? AND name = ? AND token = ?",
+            self.waiters
+        )
+    }
+
+    pub fn held_names(&self) -> String {
+        format!(
+            "SELECT DISTINCT name FROM {} WHERE ns = ? AND LEFT(name, LENGTH(?)) = ? ORDER BY name",
+            self.holders
+        )
+    }
+}
+
+fn in_list(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+// MySQL/MariaDB error numbers dlock decides by.
+const ER_DBACCESS_DENIED: u16 = 1044;
+const ER_ACCESS_DENIED: u16 = 1045;
+const ER_BAD_DB: u16 = 1049;
+const ER_TABLEACCESS_DENIED: u16 = 1142;
+const ER_NO_SUCH_TABLE: u16 = 1146;
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+const ER_LOCK_DEADLOCK: u16 = 1213;
+const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
+const ER_ACCESS_DENIED_NO_PASSWORD: u16 = 1698;
+const ER_SERVER_SHUTDOWN: u16 = 1053;
+const ER_CONNECTION_KILLED: u16 = 1927;
+
+fn code(e: &Error) -> Option<u16> {
+    match e {
+        Error::Server(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Whether an error says dlock's tables are not there yet.
+pub fn missing_tables(e: &Error) -> bool {
+    code(e) == Some(ER_NO_SUCH_TABLE)
+}
+
+/// Whether the connection is gone (the server restarted or dropped it), rather than the
+/// server having answered with an error.
+pub fn connection_lost(e: &Error) -> bool {
+    matches!(e, Error::Io(_) | Error::Driver(_))
+        || matches!(code(e), Some(ER_CONNECTION_KILLED | ER_SERVER_SHUTDOWN))
+}
+
+/// Whether InnoDB broke the transaction up over a lock (worth one more try).
+pub fn retryable(e: &Error) -> bool {
+    matches!(code(e), Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT))
+}
+
+/// What creating the tables failing means: without the right, the one line says what an
+/// administrator must run (docs/mysql.md has the whole setup).
+pub fn setup_error(e: Error, prefix: &str, user: &str, db: &str) -> StoreError {
+    if code(&e) == Some(ER_TABLEACCESS_DENIED) {
+        return StoreError::refused(format!(
+            "refused: user {user:?} may not create dlock's tables; have an administrator run \
+             `GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON {db}.* TO '{user}'@'%';` or create \
+             the {prefix}_* tables (see docs/mysql.md)"
+        ))
+        .with_source(e);
+    }
+    classify(e)
+}
+
+/// Map a MySQL client error to what it means for dlock (and its exit code).
+pub fn classify(e: Error) -> StoreError {
+    let error = match &e {
+        Error::Server(s) => match s.code {
+            ER_ACCESS_DENIED | ER_ACCESS_DENIED_NO_PASSWORD => StoreError::refused(format!(
+                "refused: {} (check the user and password: in the URL, ?password_file=, \
+                 ?password_env= or DLOCK_PASSWORD)",
+                s.message
+            )),
+            ER_DBACCESS_DENIED | ER_TABLEACCESS_DENIED | ER_SPECIFIC_ACCESS_DENIED => {
+                StoreError::refused(format!(
+                    "refused: {} (the user needs SELECT, INSERT, UPDATE and DELETE on dlock's \
+                     tables; see docs/mysql.md)",
+                    s.message
+                ))
+            }
+            ER_BAD_DB => StoreError::invalid(format!(
+                "{}; create it or name an existing database in the URL",
+                s.message
+            )),
+            _ => StoreError::protocol(format!("unexpected answer: {}", s.message)),
+        },
+        Error::Io(_) => StoreError::unavailable(format!("cannot reach the server: {e}")),
+        Error::Driver(_) => StoreError::unavailable(format!(
+            "cannot talk to the server: {e} (is this a MySQL or MariaDB server?)"
+        )),
+        _ => StoreError::protocol(format!("unexpected answer: {e}")),
+    };
+    error.with_source(e)
+}

@@ -1,0 +1,210 @@
+//! The PostgreSQL store's tables and statements, and what its errors mean for dlock.
+//!
+//! Three tables in one schema (`?schema=`, default `dlock`): `records` (per name: the last
+//! fence, how the last lease ended, the waiters' arrival counter; never expires), `holders`
+//! and `waiters` (one row per token per name, each with its expiry in ms on the server's
+//! clock). They are created on first use, under a transaction-scoped advisory lock so two
+//! clients starting at once cannot trip over each other's CREATE.
+
+use tokio_postgres::error::SqlState;
+
+use crate::store::StoreError;
+
+/// A schema name dlock may put into SQL unquoted-safe: lower-case letters, digits, `_`.
+pub fn check_schema(name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "schema={name:?} is not a plain schema name (lower-case letters, digits and _)"
+        ))
+    }
+}
+
+/// Every statement the store sends, with its schema filled in once.
+pub struct Sql {
+    pub schema: String,
+    pub setup: String,
+    pub create_records: String,
+    pub lock_records: String,
+    pub clock: &'static str,
+    pub holders: String,
+    pub waiters: String,
+    pub put_record: String,
+    pub put_holder: String,
+    pub delete_holder: String,
+    pub put_waiter: String,
+    pub delete_waiter: String,
+    pub wake: &'static str,
+    pub held_names: String,
+}
+
+/// An advisory lock key of dlock's own, held while creating its tables.
+const SETUP_LOCK: i64 = 0x646c_6f63_6b00;
+
+impl Sql {
+    pub fn new(schema: &str) -> Sql {
+        let s = schema;
+        Sql {
+            schema: s.to_string(),
+            setup: format!(
+                "SELECT pg_advisory_xact_lock({SETUP_LOCK});
+                 CREATE SCHEMA IF NOT EXISTS {s};
+                 CREATE TABLE IF NOT EXISTS {s}.records (
+                     ns text NOT NULL, name text NOT NULL,
+                     fence bigint NOT NULL DEFAULT 0,
+                     previous text NOT NULL DEFAULT 'none',
+                     wseq bigint NOT NULL DEFAULT 0,
+                     PRIMARY KEY (ns, name));
+                 CREATE TABLE IF NOT EXISTS {s}.holders (
+                     ns text NOT NULL, name text NOT NULL, token text NOT NULL,
+                     mode text NOT NULL, fence bigint NOT NULL, expires bigint NOT NULL,
+                     meta text NOT NULL,
+                     PRIMARY KEY (ns, name, token));
+                 CREATE TABLE IF NOT EXISTS {s}.waiters (
+                     ns text NOT NULL, name text NOT NULL, token text NOT NULL,
+                     mode text NOT NULL, seq bigint NOT NULL, expires bigint NOT NULL,
+                     meta text NOT NULL,
+                     PRIMARY KEY (ns, name, token));"
+            ),
+            create_records: format!(
+                "INSERT INTO {s}.records (ns, name)
+                 SELECT $1, n FROM unnest($2::text[]) AS n ORDER BY n
+                 ON CONFLICT DO NOTHING"
+            ),
+            lock_records: format!(
+                "SELECT name, fence, previous, wseq FROM {s}.records
+                 WHERE ns = $1 AND name = ANY($2) ORDER BY name FOR UPDATE"
+            ),
+            // Read after the records are locked: the decision's clock is never older than
+            // the state it judges.
+            clock: "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            holders: format!(
+                "SELECT name, token, mode, fence, expires, meta FROM {s}.holders
+                 WHERE ns = $1 AND name = ANY($2)"
+            ),
+            waiters: format!(
+                "SELECT name, token, mode, seq, expires, meta FROM {s}.waiters
+                 WHERE ns = $1 AND name = ANY($2)"
+            ),
+            put_record: format!(
+                "UPDATE {s}.records SET fence = $3, previous = $4, wseq = $5
+                 WHERE ns = $1 AND name = $2"
+            ),
+            put_holder: format!(
+                "INSERT INTO {s}.holders (ns, name, token, mode, fence, expires, meta)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (ns, name, token) DO UPDATE SET mode = EXCLUDED.mode,
+                   fence = EXCLUDED.fence, expires = EXCLUDED.expires, meta = EXCLUDED.meta"
+            ),
+            delete_holder: format!(
+                "DELETE FROM {s}.holders WHERE ns = $1 AND name = $2 AND token = $3"
+            ),
+            put_waiter: format!(
+                "INSERT INTO {s}.waiters (ns, name, token, mode, seq, expires, meta)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (ns, name, token) DO UPDATE SET mode = EXCLUDED.mode,
+                   seq = EXCLUDED.seq, expires = EXCLUDED.expires, meta = EXCLUDED.meta"
+            ),
+            delete_waiter: format!(
+                "DELETE FROM {s}.waiters WHERE ns = $1 AND name = $2 AND token = $3"
+            ),
+            wake: "SELECT pg_notify($1, '')",
+            held_names: format!(
+                "SELECT DISTINCT name FROM {s}.holders
+                 WHERE ns = $1 AND left(name, length($2)) = $2 ORDER BY name"
+            ),
+        }
+    }
+}
+
+/// The channel a waiter listens on: its own, so a release wakes one waiter, not the herd.
+/// Tokens are hex, so the quoted identifier needs no escaping.
+pub fn channel(token: &str) -> String {
+    format!("dlock_wake_{token}")
+}
+
+/// Whether an error says dlock's tables (or schema) are not there yet.
+pub fn missing_tables(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME
+    )
+}
+
+/// Whether the transaction lost a race the database broke up (worth one more try).
+pub fn retryable(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED
+            || *c == SqlState::T_R_SERIALIZATION_FAILURE
+            || *c == SqlState::UNIQUE_VIOLATION
+    )
+}
+
+/// What creating the tables failing means: without the right, the one line says what an
+/// administrator must run (docs/postgres.md has the whole setup).
+pub fn setup_error(e: tokio_postgres::Error, schema: &str, user: &str) -> StoreError {
+    if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        return StoreError::refused(format!(
+            "refused: user {user:?} may not create dlock's tables; have an administrator run \
+             `CREATE SCHEMA {schema} AUTHORIZATION \"{user}\";` (or name a schema it owns with \
+             ?schema=; see docs/postgres.md)"
+        ))
+        .with_source(e);
+    }
+    classify(e)
+}
+
+/// Map a PostgreSQL client error to what it means for dlock (and its exit code).
+pub fn classify(e: tokio_postgres::Error) -> StoreError {
+    let error = match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            StoreError::refused(format!(
+                "refused: {} (check the user and password: in the URL, ?password_file=, \
+                 ?password_env= or DLOCK_PASSWORD)",
+                db_message(&e)
+            ))
+        }
+        Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => StoreError::refused(format!(
+            "refused: {} (the user needs SELECT, INSERT, UPDATE and DELETE on dlock's tables; \
+             see docs/postgres.md)",
+            db_message(&e)
+        )),
+        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => StoreError::invalid(format!(
+            "{}; create it or name an existing database in the URL",
+            db_message(&e)
+        )),
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::TOO_MANY_CONNECTIONS
+                || *c == SqlState::CRASH_SHUTDOWN =>
+        {
+            StoreError::unavailable(format!("PostgreSQL is not serving: {}", db_message(&e)))
+        }
+        Some(_) => StoreError::protocol(format!("unexpected answer: {}", db_message(&e))),
+        None if e.is_closed() => StoreError::unavailable("the connection to PostgreSQL closed"),
+        None => StoreError::unavailable(format!(
+            "cannot talk to PostgreSQL: {e} (is this a PostgreSQL server?)"
+        )),
+    };
+    error.with_source(e)
+}
+
+/// The server's own message, without the client's "db error:" prefix.
+fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => d.message().to_string(),
+        None => e.to_string(),
+    }
+}

@@ -1,0 +1,118 @@
+//! The PostgreSQL connection's background half: it carries every reply, and hands each
+//! NOTIFY to the waiter listening on that channel. Also the TLS connector.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+use tokio_postgres::{AsyncMessage, Connection};
+
+use crate::store::{Listener, StoreError, StoreResult};
+
+/// Waiters of this process by channel. A notification that arrives before its waiter waits
+/// is kept (as `Notify`'s one permit), so a release between two looks is never lost.
+#[derive(Default)]
+pub struct Wakeups(Mutex<HashMap<String, Arc<Notify>>>);
+
+impl Wakeups {
+    pub fn register(self: &Arc<Self>, channel: &str) -> Wakeup {
+        let notify = Arc::new(Notify::new());
+        self.0
+            .lock()
+            .unwrap()
+            .insert(channel.to_string(), notify.clone());
+        Wakeup {
+            notify,
+            channel: channel.to_string(),
+            all: self.clone(),
+        }
+    }
+
+    /// Every channel a waiter of this process listens on.
+    pub fn channels(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+
+    fn deliver(&self, channel: &str) {
+        if let Some(n) = self.0.lock().unwrap().get(channel) {
+            n.notify_one();
+        }
+    }
+}
+
+pub struct Wakeup {
+    notify: Arc<Notify>,
+    channel: String,
+    all: Arc<Wakeups>,
+}
+
+impl Drop for Wakeup {
+    fn drop(&mut self) {
+        self.all.0.lock().unwrap().remove(&self.channel);
+    }
+}
+
+#[async_trait]
+impl Listener for Wakeup {
+    async fn changed(&mut self, max: Duration) {
+        let _ = tokio::time::timeout(max, self.notify.notified()).await;
+    }
+}
+
+/// Run the connection on this runtime until it closes, passing notifications on.
+pub fn drive<S, T>(mut conn: Connection<S, T>, wakeups: Arc<Wakeups>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(m) = messages.next().await {
+            match m {
+                Ok(AsyncMessage::Notification(n)) => wakeups.deliver(n.channel()),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+}
+
+/// A rustls connector that trusts the URL's `?ca_file=` (dlock always verifies the server).
+pub fn tls_connector(
+    files: &crate::store::tls::Files,
+) -> StoreResult<tokio_postgres_rustls::MakeRustlsConnect> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let ca = files.ca.as_ref().ok_or_else(|| {
+        StoreError::invalid(
+            "sslmode=require and verify-full need ?ca_file= (the CA that signed the server's \
+             certificate): dlock always verifies the server",
+        )
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca) {
+        let cert = cert.map_err(|e| StoreError::invalid(format!("ca_file: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| StoreError::invalid(format!("ca_file: {e}")))?;
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = match &files.identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::invalid(format!("cert_file: {e}")))?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| StoreError::invalid(format!("key_file: {e}")))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| StoreError::invalid(format!("cert_file: {e}")))?
+        }
+    };
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}

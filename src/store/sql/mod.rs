@@ -1,0 +1,154 @@
+//! What the PostgreSQL and MySQL/MariaDB stores share: the `Store` contract over one
+//! transaction per operation.
+//!
+//! Each operation is one transaction on the database: lock the names' record rows (in name
+//! order, so two multi-name grants cannot deadlock), load their holders and waiters with the
+//! server's clock, decide by `rules` (the same rules as the Redis scripts), write, commit.
+//! Expiry is judged only by the server's clock reading taken inside that transaction. A
+//! backend (`Backend`) knows its database's SQL, its connection and how it wakes waiters;
+//! nothing in here knows which database it talks to.
+
+pub mod rules;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Acquire, Attempt, Listener, LockState, Store, StoreResult};
+use rules::{GrantRequest, Outcome, Rows, Write};
+
+/// How long a waiter row lives unless its waiter comes back (a waiter looks again at least
+/// every `MAX_POLL`), so a killed waiter leaves nothing behind for long.
+const WAITER_TTL: Duration = Duration::from_secs(2);
+
+/// Decides on the rows a transaction loaded, given the server's clock in ms; returns writes.
+pub type Decide<'a> = &'a mut (dyn FnMut(i64, &mut [Rows]) -> Vec<Write> + Send);
+
+/// One database: its SQL, its connection, its wake-ups.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The URL with secrets redacted.
+    fn describe(&self) -> &str;
+
+    /// One transaction over `names` (sorted): create the missing records (with `create`),
+    /// lock the records in name order, load every name's rows (a name with no record loads as
+    /// empty) and then the server's clock; apply what `decide` returns; commit.
+    async fn transact(&self, names: &[String], create: bool, decide: Decide<'_>)
+    -> StoreResult<()>;
+
+    /// Start listening for the wake-ups addressed to this waiter's token.
+    async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>>;
+
+    /// This process's bell for a waiter (see `rules::WaiterRow::bell`).
+    fn bell(&self, _token: &str) -> i64 {
+        0
+    }
+
+    /// Names under the prefix that have a holder row (live or not).
+    async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>>;
+}
+
+/// A `Store` over any SQL backend.
+pub struct SqlStore<B: Backend>(pub B);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl<B: Backend> Store for SqlStore<B> {
+    fn describe(&self) -> &str {
+        self.0.describe()
+    }
+
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        let grant = GrantRequest {
+            token: &req.token,
+            mode: req.mode,
+            ttl_ms: ms(req.ttl),
+            meta: &req.meta,
+            queue,
+            waiter_ttl_ms: ms(WAITER_TTL),
+            bell: self.0.bell(&req.token),
+        };
+        let mut outcome = None;
+        self.0
+            .transact(&req.names, true, &mut |now, rows| {
+                let (o, writes) = rules::grant(rows, now, &grant);
+                outcome = Some(o);
+                writes
+            })
+            .await?;
+        Ok(match outcome.expect("the transaction decided") {
+            Outcome::Granted(g) => Attempt::Granted(g),
+            Outcome::Busy(retry) => Attempt::Busy {
+                retry_after: retry.map(|r| Duration::from_millis(r.max(0) as u64)),
+            },
+        })
+    }
+
+    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        self.0.listen(&req.token).await
+    }
+
+    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
+        let mut renewed = false;
+        self.0
+            .transact(names, false, &mut |now, rows| {
+                let (ok, writes) = rules::renew(rows, now, token, ms(ttl));
+                renewed = ok;
+                writes
+            })
+            .await?;
+        Ok(renewed)
+    }
+
+    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+        let mut held = false;
+        self.0
+            .transact(names, false, &mut |now, rows| {
+                let (h, writes) = rules::release(rows, now, token);
+                held = h;
+                writes
+            })
+            .await?;
+        Ok(held)
+    }
+
+    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        let mut any = false;
+        self.0
+            .transact(names, false, &mut |now, rows| {
+                let (a, writes) = rules::force(rows, now);
+                any = a;
+                writes
+            })
+            .await?;
+        Ok(any)
+    }
+
+    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        self.0
+            .transact(names, true, &mut |_, rows| rules::raise(rows, fences))
+            .await
+    }
+
+    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
+        let mut state = None;
+        self.0
+            .transact(&[name.to_string()], false, &mut |now, rows| {
+                state = rows.first().map(|r| rules::view(r, now));
+                Vec::new()
+            })
+            .await?;
+        Ok(state.unwrap_or_else(|| LockState {
+            name: name.to_string(),
+            ..LockState::default()
+        }))
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
+        let names = self.0.held_names(prefix).await?;
+        super::held_states(self, names).await
+    }
+}

@@ -1,0 +1,294 @@
+//! The SQL stores' own promises, each test run on PostgreSQL and on MariaDB (the contract
+//! itself is in conformance.rs, exclusion across processes in exclusion.rs): refusals and bad
+//! URLs answered in one line, TLS, waiters that leave nothing behind,
+//! inspect and list, and a quorum that mixes them with Redis.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::mysql::MariaDb;
+use crate::common::postgres::PgServer;
+use crate::common::redis::RedisServer;
+use crate::common::*;
+
+/// One running SQL server, whichever it is: what a test needs to tell them apart (both
+/// also have `url()`, a user with every right on the database dlock uses).
+trait Sql {
+    /// The same server as `user:password` (no database part changes).
+    fn url_as(&self, user: &str, password: &str) -> String;
+    /// A user whose password is checked.
+    fn user(&self) -> &'static str;
+    /// A URL of the server's superuser, who may see every database.
+    fn admin_url(&self) -> String;
+    /// Make a user that may use but not create dlock's tables.
+    fn user_without_create(&self) -> (String, String);
+    /// Give that user the documented rights on tables that now exist.
+    fn grant_use(&self, user: &str);
+    /// Rows in dlock's waiters table.
+    fn waiter_rows(&self) -> usize;
+}
+
+impl Sql for PgServer {
+    fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+    fn user(&self) -> &'static str {
+        "postgres"
+    }
+    fn admin_url(&self) -> String {
+        PgServer::admin_url(self)
+    }
+    fn grant_use(&self, user: &str) {
+        self.psql(&format!(
+            "GRANT USAGE ON SCHEMA dlock TO {user}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dlock TO {user};"
+        ));
+    }
+    fn user_without_create(&self) -> (String, String) {
+        self.psql("CREATE USER plain PASSWORD 'pw'");
+        ("plain".into(), "pw".into())
+    }
+    fn waiter_rows(&self) -> usize {
+        self.psql("SELECT count(*) FROM dlock.waiters")
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Sql for MariaDb {
+    fn url_as(&self, user: &str, password: &str) -> String {
+        format!("mysql://{user}:{password}@127.0.0.1:{}/app", self.port)
+    }
+    fn user(&self) -> &'static str {
+        "app"
+    }
+    fn admin_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/app", self.port)
+    }
+    fn grant_use(&self, _user: &str) {
+        // SELECT, INSERT, UPDATE, DELETE on app.* were granted with the user.
+    }
+    fn user_without_create(&self) -> (String, String) {
+        self.sql(
+            "CREATE USER 'plain'@'%' IDENTIFIED BY 'pw'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON app.* TO 'plain'@'%';",
+        );
+        ("plain".into(), "pw".into())
+    }
+    fn waiter_rows(&self) -> usize {
+        self.sql("SELECT count(*) FROM app.dlock_waiters")
+            .parse()
+            .unwrap()
+    }
+}
+
+/// Each test body, once per database.
+macro_rules! on_both {
+    ($($name:ident($server:ident) $body:block)*) => {
+        mod postgres {
+            use super::*;
+            $(#[test] fn $name() { let $server = PgServer::start(); $body })*
+        }
+        mod mariadb {
+            use super::*;
+            $(#[test] fn $name() { let $server = MariaDb::start(); $body })*
+        }
+    };
+}
+
+fn spawn(env: &Env, args: &[&str]) -> Child {
+    let mut c = env.cmd();
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+#[track_caller]
+fn one_line(o: &std::process::Output) -> String {
+    let err = stderr(o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!err.chars().any(|c| c.is_control()), "{err:?}");
+    err
+}
+
+on_both! {
+    a_wrong_password_is_77_in_one_line_without_the_password(db) {
+        let env = Env::with_stores(vec![db.url_as(db.user(), "wrong-secret")]);
+        let o = env.run(&["lock", "x", "-n"]);
+        assert_code(&o, 77);
+        let err = one_line(&o);
+        assert!(err.contains("password"), "{err}");
+        assert!(!err.contains("wrong-secret"), "{err}");
+    }
+
+    no_create_right_is_77_naming_the_statement_to_run(db) {
+        let (user, pw) = db.user_without_create();
+        let env = Env::with_stores(vec![db.url_as(&user, &pw)]);
+        let o = env.run(&["lock", "x", "-n"]);
+        assert_code(&o, 77);
+        let err = one_line(&o);
+        assert!(err.contains("have an administrator run"), "{err}");
+        assert!(err.contains(&user), "{err}");
+        // Once a user who may has made the tables, the documented rights are enough.
+        assert_code(&Env::with_stores(vec![db.url()]).run(&["run", "y", "--", "true"]), 0);
+        db.grant_use(&user);
+        assert_code(&env.run(&["run", "x", "--", "true"]), 0);
+    }
+
+    a_database_that_does_not_exist_is_named_in_one_line(db) {
+        // As the superuser: MySQL tells a user without rights on a database only that it
+        // may not use it (77), whether it exists or not.
+        let url = db.admin_url();
+        let (base, _) = url.rsplit_once('/').unwrap();
+        let env = Env::with_stores(vec![format!("{base}/nosuchdb")]);
+        let o = env.run(&["lock", "x", "-n"]);
+        assert_code(&o, 64);
+        let err = one_line(&o);
+        assert!(err.contains("nosuchdb"), "{err}");
+    }
+
+    an_interrupted_waiter_leaves_no_row(db) {
+        let env = Env::with_stores(vec![db.url()]);
+        let holder = spawn(&env, &["run", "busy", "--", "sleep", "30"]);
+        std::thread::sleep(Duration::from_millis(700));
+        let mut waiter = spawn(&env, &["run", "busy", "--", "true"]);
+        assert!(
+            wait_for(Duration::from_secs(10), || db.waiter_rows() == 1),
+            "the waiter never queued"
+        );
+        let o = json(&env.run(&["--json", "inspect", "busy"]));
+        assert_eq!(o["waiters"].as_array().map(Vec::len), Some(1), "{o}");
+        signal(waiter.id(), libc::SIGINT);
+        assert!(wait_child(&mut waiter, Duration::from_secs(10)).is_some());
+        assert_eq!(db.waiter_rows(), 0);
+        let mut holder = holder;
+        signal(holder.id(), libc::SIGTERM);
+        wait_child(&mut holder, Duration::from_secs(10));
+    }
+
+    inspect_and_list_show_the_holder_with_its_metadata(db) {
+        let env = Env::with_stores(vec![db.url()]);
+        let token = stdout(&env.run(&["lock", "team/a", "--ttl", "60s"]));
+        assert_eq!(token.len(), 32);
+        let o = json(&env.run(&["--json", "inspect", "team/a"]));
+        assert_eq!(o["held"], true, "{o}");
+        assert_eq!(o["holders"][0]["owner"], &token[..8], "{o}");
+        assert!(o["holders"][0]["meta"]["pid"].is_number(), "{o}");
+        assert_eq!(listed(&env, "team/"), vec!["team/a".to_string()]);
+        assert!(listed(&env, "other").is_empty());
+        assert_code(&env.run(&["extend", "team/a", "--token", &token, "--ttl", "90s"]), 0);
+        let stale = "0".repeat(32);
+        assert_code(&env.run(&["unlock", "team/a", "--token", &stale]), 1);
+        assert_code(&env.run(&["unlock", "team/a", "--token", &token]), 0);
+        assert!(listed(&env, "team/").is_empty());
+    }
+
+    a_released_waiter_is_woken_not_polled(db) {
+        let env = Env::with_stores(vec![db.url()]);
+        // The holder works 1.5 s; a waiter that polls every 500 ms would start up to half a
+        // second late, one woken by the release starts at once. Measured against a loose
+        // bound only, as a whole.
+        let out = env.path("order");
+        let holder = spawn(&env, &["run", "w", "--", "sh", "-c", &format!("sleep 1.5; date +%s%N >> {}", out.display())]);
+        std::thread::sleep(Duration::from_millis(500));
+        let o = env.run(&["run", "w", "--", "sh", "-c", &format!("date +%s%N >> {}", out.display())]);
+        assert_code(&o, 0);
+        let mut holder = holder;
+        wait_child(&mut holder, Duration::from_secs(10));
+        let stamps: Vec<u64> = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(stamps.len(), 2);
+        assert!(stamps[1] > stamps[0]);
+    }
+}
+
+#[test]
+fn tls_with_a_self_signed_ca_on_postgres() {
+    let certs = temp_dir();
+    let (ca, cert, key) = crate::common::tls_certs(certs.path());
+    let db = PgServer::start();
+    // The server's key must belong to postgres and be private.
+    let d = db.dir().join("tls");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::copy(&cert, d.join("server.pem")).unwrap();
+    std::fs::copy(&key, d.join("server.key")).unwrap();
+    std::process::Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(&d)
+        .status()
+        .unwrap();
+    std::fs::set_permissions(
+        d.join("server.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    db.psql(&format!(
+        "ALTER SYSTEM SET ssl_cert_file = '{}'",
+        d.join("server.pem").display()
+    ));
+    db.psql(&format!(
+        "ALTER SYSTEM SET ssl_key_file = '{}'",
+        d.join("server.key").display()
+    ));
+    db.psql("ALTER SYSTEM SET ssl = on");
+    db.psql("SELECT pg_reload_conf()");
+    std::thread::sleep(Duration::from_millis(300));
+    let url = format!("{}?sslmode=verify-full&ca_file={}", db.url(), ca.display());
+    let env = Env::with_stores(vec![url]);
+    assert_code(&env.run(&["run", "x", "--", "true"]), 0);
+    let ssl = db.psql("SELECT count(*) FROM pg_stat_ssl WHERE ssl");
+    assert!(!ssl.is_empty());
+    // Without the CA the server cannot be verified: refused to connect, one line.
+    let env = Env::with_stores(vec![format!("{}?sslmode=verify-full", db.url())]);
+    let o = env.run(&["lock", "x", "-n"]);
+    assert_code(&o, 64);
+    one_line(&o);
+}
+
+#[test]
+fn a_url_of_the_other_database_is_69_in_one_line_without_hanging() {
+    let pg = PgServer::start();
+    let my = MariaDb::start();
+    for url in [
+        format!("mysql://app:secret@127.0.0.1:{}/app", pg.port),
+        format!("postgres://postgres:secret@127.0.0.1:{}/postgres", my.port),
+    ] {
+        let env = Env::with_stores(vec![url.clone()]);
+        let t0 = Instant::now();
+        let o = env.run(&["--store-timeout", "2s", "lock", "x", "-n"]);
+        assert_code(&o, 69);
+        one_line(&o);
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{url}: {:?}",
+            t0.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_quorum_of_postgres_mariadb_and_redis_survives_one_stopped() {
+    let pg = PgServer::start();
+    let mut my = MariaDb::start();
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![pg.url(), my.url(), redis.url()]);
+    let fences = check_exclusion(&env, "q", 4, &[]);
+    assert_eq!(fences.len(), 4);
+    my.stop();
+    let o = env.run(&["run", "q", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    let fence: u64 = stdout(&o).parse().unwrap();
+    assert!(
+        fence > *fences.last().unwrap(),
+        "fence {fence} after {fences:?}"
+    );
+}
