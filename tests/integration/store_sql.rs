@@ -3,7 +3,6 @@
 //! URLs answered in one line, TLS, waiters that leave nothing behind,
 //! inspect and list, and a quorum that mixes them with Redis.
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::mysql::MariaDb;
@@ -99,16 +98,6 @@ macro_rules! on_both {
     };
 }
 
-fn spawn(env: &Env, args: &[&str]) -> Child {
-    let mut c = env.cmd();
-    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
-    c.spawn().unwrap()
-}
-
-fn json(o: &std::process::Output) -> serde_json::Value {
-    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
-}
-
 #[track_caller]
 fn one_line(o: &std::process::Output) -> String {
     let err = stderr(o);
@@ -155,14 +144,14 @@ on_both! {
 
     an_interrupted_waiter_leaves_no_row(db) {
         let env = Env::with_stores(vec![db.url()]);
-        let holder = spawn(&env, &["run", "busy", "--", "sleep", "30"]);
+        let holder = env.spawn(&["run", "busy", "--", "sleep", "30"]);
         std::thread::sleep(Duration::from_millis(700));
-        let mut waiter = spawn(&env, &["run", "busy", "--", "true"]);
+        let mut waiter = env.spawn(&["run", "busy", "--", "true"]);
         assert!(
             wait_for(Duration::from_secs(10), || db.waiter_rows() == 1),
             "the waiter never queued"
         );
-        let o = json(&env.run(&["--json", "inspect", "busy"]));
+        let o = env.inspect("busy");
         assert_eq!(o["waiters"].as_array().map(Vec::len), Some(1), "{o}");
         signal(waiter.id(), libc::SIGINT);
         assert!(wait_child(&mut waiter, Duration::from_secs(10)).is_some());
@@ -176,7 +165,7 @@ on_both! {
         let env = Env::with_stores(vec![db.url()]);
         let token = stdout(&env.run(&["lock", "team/a", "--ttl", "60s"]));
         assert_eq!(token.len(), 32);
-        let o = json(&env.run(&["--json", "inspect", "team/a"]));
+        let o = env.inspect("team/a");
         assert_eq!(o["held"], true, "{o}");
         assert_eq!(o["holders"][0]["owner"], &token[..8], "{o}");
         assert!(o["holders"][0]["meta"]["pid"].is_number(), "{o}");
@@ -195,7 +184,7 @@ on_both! {
         // second late, one woken by the release starts at once. Measured against a loose
         // bound only, as a whole.
         let out = env.path("order");
-        let holder = spawn(&env, &["run", "w", "--", "sh", "-c", &format!("sleep 1.5; date +%s%N >> {}", out.display())]);
+        let holder = env.spawn(&["run", "w", "--", "sh", "-c", &format!("sleep 1.5; date +%s%N >> {}", out.display())]);
         std::thread::sleep(Duration::from_millis(500));
         let o = env.run(&["run", "w", "--", "sh", "-c", &format!("date +%s%N >> {}", out.display())]);
         assert_code(&o, 0);
