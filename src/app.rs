@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use clap::error::ErrorKind;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::engine::{Engine, timing};
@@ -66,7 +66,16 @@ fn clap_error(e: clap::Error) -> i32 {
             ExitCode::Usage.into()
         }
         _ => {
-            let rendered = e.render().to_string();
+            let mut rendered = e.render().to_string();
+            // clap quotes the user's word as it is: a control character or newline in it would
+            // reach the terminal raw or cut the line, so show it escaped instead.
+            for kind in [ContextKind::InvalidValue, ContextKind::InvalidArg] {
+                if let Some(ContextValue::String(v)) = e.get(kind)
+                    && v.chars().any(char::is_control)
+                {
+                    rendered = rendered.replace(&format!("'{v}'"), &format!("{v:?}"));
+                }
+            }
             let first = rendered
                 .lines()
                 .next()
@@ -89,13 +98,16 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
         Command::Run(a) => Some(a.acquire.ttl),
         Command::Multilock(a) => Some(a.acquire.ttl),
         Command::Extend(a) => Some(a.ttl),
+        Command::Doctor(a) => Some(a.ttl),
         Command::Completions(a) => {
             crate::commands::completions::run(a, &out);
             return Ok(0);
         }
         _ => None,
     };
+    // `doctor` reports a bent clock as a finding instead of refusing to look.
     if ttl.is_some()
+        && !matches!(cli.command, Command::Doctor(_))
         && let Err(e) = trust_clock()
     {
         return Err((out, e));
@@ -117,7 +129,7 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
 /// conservative deadline, renewals). If that clock is not the kernel's, as under libfaketime,
 /// a lease could outlive its deadline unnoticed: refuse to take or extend one rather than let
 /// a bent clock admit two holders.
-fn trust_clock() -> Result<()> {
+pub fn trust_clock() -> Result<()> {
     let skew = crate::sys::clock_skew();
     if skew > Duration::from_millis(500) {
         return Err(Error::failure(format!(
@@ -132,6 +144,13 @@ fn trust_clock() -> Result<()> {
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.
 pub fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
     let raw: Vec<String> = if !flags.is_empty() {
+        // The URL itself is not shown: it may carry a password.
+        if flags.iter().any(|f| url::split_list(f).len() > 1) {
+            return Err(Error::usage(
+                "one --store names several stores (a comma, then another scheme://); give \
+                 each store its own --store, or list them comma-separated in DLOCK_STORE",
+            ));
+        }
         flags.to_vec()
     } else {
         url::split_list(&std::env::var("DLOCK_STORE").unwrap_or_default())

@@ -2,6 +2,7 @@
 //! a lock while answering signals, and turning engine outcomes into pinned exit codes.
 
 pub mod completions;
+pub mod doctor;
 pub mod extend;
 pub mod inspect;
 pub mod list;
@@ -29,6 +30,7 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
         Command::Multilock(a) => multilock::run(a, ctx).await,
         Command::Inspect(a) => inspect::run(a, ctx).await,
         Command::List(a) => list::run(a, ctx).await,
+        Command::Doctor(a) => doctor::run(a, ctx).await,
         Command::Completions(a) => {
             completions::run(&a, &ctx.out);
             Ok(0)

@@ -23,5 +23,12 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         super::lock::print_token(ctx, &lease);
         return Ok(0);
     }
-    supervisor::supervise(ctx, lease, &args.command, grace).await
+    supervisor::supervise(
+        ctx,
+        lease,
+        &args.command,
+        grace,
+        supervisor::Limits::default(),
+    )
+    .await
 }

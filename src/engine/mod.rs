@@ -135,6 +135,11 @@ impl Engine {
         &self.stores
     }
 
+    /// How long one store may take to answer one request.
+    pub fn store_timeout(&self) -> Duration {
+        self.store_timeout
+    }
+
     /// N/2 + 1: two majorities always share a store.
     pub fn majority(&self) -> usize {
         self.stores.len() / 2 + 1

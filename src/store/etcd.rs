@@ -9,6 +9,7 @@
 //! a release that knows that waiter hands it the lock in its own transaction (`grant`).
 
 mod conn;
+mod doctor;
 mod grant;
 mod layout;
 mod pool;
@@ -25,7 +26,8 @@ use tokio::time::Instant;
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Holder, Listener, LockState, Store, StoreError, StoreResult, Waiter,
+    Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Store, StoreError,
+    StoreResult, Waiter,
 };
 use conn::Endpoints;
 use layout::{Blocker, Layout, Queue, Seen};
@@ -348,6 +350,10 @@ fn snapshot(resp: &TxnResponse, names: &[String]) -> StoreResult<Snapshot> {
 
 #[async_trait]
 impl Store for EtcdStore {
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
+    }
+
     fn describe(&self) -> &str {
         &self.inner.desc
     }

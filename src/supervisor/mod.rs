@@ -38,6 +38,16 @@ pub fn kill_grace(given: Option<Duration>, ttl: Duration) -> Result<Duration> {
     Ok(grace)
 }
 
+/// What `run`'s cron helpers ask of the supervision (none for `multilock`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    /// `--hold-min`: keep the lease until this long after the command started, even if the
+    /// command ends sooner; the lease is then left to expire on the store.
+    pub hold_min: Option<Duration>,
+    /// `--max-runtime`: stop the command this long after it started.
+    pub max_runtime: Option<Duration>,
+}
+
 /// What the renewal task last learned.
 #[derive(Clone, Debug)]
 struct Health {
@@ -55,6 +65,7 @@ pub async fn supervise(
     lease: Lease,
     command: &[OsString],
     grace: Duration,
+    limits: Limits,
 ) -> Result<i32> {
     let out = &ctx.out;
     // Catch the forwarded signals before the child exists, so none is lost in between.
@@ -80,6 +91,7 @@ pub async fn supervise(
             return Err(e);
         }
     };
+    let started = Instant::now();
     // The child named its group to the watchdog itself, before exec (see `spawn`).
     let pgid = child.id().unwrap_or(0);
     let terminal = sys::Foreground::give(pgid);
@@ -100,6 +112,9 @@ pub async fn supervise(
     let mut kill_sent = false;
     let mut lost: Option<String> = None;
     let mut renewer_done = false;
+    // `--max-runtime`: when to send SIGTERM, then (once sent) when to send SIGKILL.
+    let stop_at = limits.max_runtime.map(|d| started + d);
+    let mut overrun_kill_at: Option<Instant> = None;
     let status = loop {
         let health = rx.borrow().clone();
         if health.deadline != pushed {
@@ -145,6 +160,19 @@ pub async fn supervise(
                 lost.get_or_insert(why);
                 term_sent = true;
             }
+            _ = sleep_until(stop_at.unwrap_or(started)), if stop_at.is_some() && overrun_kill_at.is_none() => {
+                out.debug(&format!(
+                    "the command reached --max-runtime {}; sending SIGTERM",
+                    humantime::format_duration(limits.max_runtime.unwrap_or_default())
+                ));
+                let _ = sys::kill_group(pgid, libc::SIGTERM);
+                overrun_kill_at = Some(Instant::now() + grace);
+            }
+            _ = sleep_until(overrun_kill_at.unwrap_or(started)), if overrun_kill_at.is_some() && !kill_sent => {
+                out.debug("the command did not stop within --kill-grace; sending SIGKILL");
+                let _ = sys::kill_group(pgid, libc::SIGKILL);
+                kill_sent = true;
+            }
             _ = sleep_until(kill_at), if term_sent && !kill_sent => {
                 out.error("the command did not stop in time; sending SIGKILL before the lease runs out");
                 let _ = sys::kill_group(pgid, libc::SIGKILL);
@@ -165,9 +193,21 @@ pub async fn supervise(
         out.error(&why);
         lost = Some(why);
     }
-    if lost.is_some() {
+    let overran = overrun_kill_at.is_some();
+    if lost.is_some() || overran {
         // Whatever the child left running in its group must not outlive the lease either.
         let _ = sys::kill_group(pgid, libc::SIGKILL);
+    }
+    if lost.is_none()
+        && let Some(hold) = limits.hold_min
+        && let Some(left) = (started + hold).checked_duration_since(Instant::now())
+        && !left.is_zero()
+    {
+        // Leave the lease to run out on the store at start + hold-min, not released: no
+        // other host (whatever its clock says) runs the job again within that window.
+        return hold_until(ctx, &lease, left, hold)
+            .await
+            .and_then(|()| exit_status(status, overran, limits));
     }
     let tally = ctx.engine.release(&lease.req.names, &lease.req.token).await;
     if !tally.errors.is_empty() && lost.is_none() {
@@ -194,12 +234,56 @@ pub async fn supervise(
     if let Some(why) = lost {
         return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
     }
+    exit_status(status, overran, limits)
+}
+
+/// The code dlock ends with once the command has ended and the lease is settled.
+fn exit_status(
+    status: std::io::Result<std::process::ExitStatus>,
+    overran: bool,
+    limits: Limits,
+) -> Result<i32> {
     let status = status.map_err(|e| Error::failure(format!("cannot wait for the command: {e}")))?;
+    if overran {
+        return Err(Error::new(
+            ExitCode::TimedOut,
+            format!(
+                "the command ran longer than --max-runtime {} and was stopped",
+                humantime::format_duration(limits.max_runtime.unwrap_or_default())
+            ),
+        ));
+    }
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         _ => 1,
     })
+}
+
+/// Set the lease to run out `left` from now (the end of the `--hold-min` window) and leave it.
+async fn hold_until(ctx: &Ctx, lease: &Lease, left: Duration, hold: Duration) -> Result<()> {
+    let req = &lease.req;
+    let tally = ctx.engine.extend(&req.names, &req.token, left).await;
+    match ctx.engine.verdict(tally) {
+        Ok(_) => {
+            ctx.out.debug(&format!(
+                "keeping {} for the rest of --hold-min {} ({} more); the lease runs out on the store",
+                req.names.join(", "),
+                humantime::format_duration(hold),
+                humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+            ));
+            Ok(())
+        }
+        Err(e) => {
+            // The command ran under the lock; only the window after it is not assured.
+            ctx.out.warn(&format!(
+                "could not keep {} for the rest of --hold-min {}: {e}",
+                req.names.join(", "),
+                humantime::format_duration(hold)
+            ));
+            Ok(())
+        }
+    }
 }
 
 fn spawn(
@@ -232,7 +316,8 @@ fn spawn(
         });
     }
     cmd.spawn().map_err(|e| {
-        let shown = command[0].to_string_lossy();
+        // The user's word, escaped: it must not reach the terminal raw.
+        let shown = format!("{:?}", command[0].to_string_lossy());
         // The shell's conventions: 127 not found, 126 found but not runnable.
         match e.kind() {
             std::io::ErrorKind::NotFound => {

@@ -16,6 +16,7 @@
 
 mod conn;
 mod connect;
+mod doctor;
 
 use std::time::Duration;
 
@@ -28,8 +29,8 @@ use connect::{certificates, client, connection_info};
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreError,
-    StoreResult, Waiter,
+    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Previous,
+    Store, StoreError, StoreResult, Waiter,
 };
 use crate::engine::MAX_POLL;
 
@@ -517,6 +518,10 @@ impl Store for RedisStore {
             ],
             _ => Vec::new(),
         }
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
     }
 }
 
