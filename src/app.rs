@@ -18,7 +18,15 @@ pub struct Ctx {
     pub out: Output,
 }
 
+/// When this process started its work, for messages that say how long something took.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+pub fn started() -> std::time::Instant {
+    *STARTED.get_or_init(std::time::Instant::now)
+}
+
 pub fn main() -> i32 {
+    started();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
@@ -66,16 +74,11 @@ fn clap_error(e: clap::Error) -> i32 {
             ExitCode::Usage.into()
         }
         _ => {
-            let mut rendered = e.render().to_string();
-            // clap quotes the user's word as it is: a control character or newline in it would
-            // reach the terminal raw or cut the line, so show it escaped instead.
-            for kind in [ContextKind::InvalidValue, ContextKind::InvalidArg] {
-                if let Some(ContextValue::String(v)) = e.get(kind)
-                    && v.chars().any(char::is_control)
-                {
-                    rendered = rendered.replace(&format!("'{v}'"), &format!("{v:?}"));
-                }
+            if let Some(msg) = escaped(&e) {
+                Output::plain().error(&format!("{msg}; see 'dlock --help'"));
+                return ExitCode::Usage.into();
             }
+            let rendered = e.render().to_string();
             let first = rendered
                 .lines()
                 .next()
@@ -90,6 +93,40 @@ fn clap_error(e: clap::Error) -> i32 {
             ExitCode::Usage.into()
         }
     }
+}
+
+/// clap's message again when the user's word in it has a control character or a newline:
+/// clap would print it raw (or strip part of it, or cut the line), so show it escaped.
+fn escaped(e: &clap::Error) -> Option<String> {
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(v)) => Some(v.clone()),
+        _ => None,
+    };
+    let (arg, value) = (
+        context(ContextKind::InvalidArg),
+        context(ContextKind::InvalidValue),
+    );
+    let raw = |s: &Option<String>| {
+        s.as_deref()
+            .is_some_and(|s| s.chars().any(char::is_control))
+    };
+    if !raw(&arg) && !raw(&value) {
+        return None;
+    }
+    Some(match (e.kind(), arg, value) {
+        (ErrorKind::ValueValidation | ErrorKind::InvalidValue, Some(arg), Some(value)) => {
+            let why = std::error::Error::source(e)
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default();
+            format!("invalid value {value:?} for '{arg}'{why}")
+        }
+        (ErrorKind::UnknownArgument, Some(arg), _) => format!("unexpected argument {arg:?}"),
+        (kind, arg, value) => format!(
+            "{}: {:?}",
+            kind.as_str().unwrap_or("bad usage"),
+            arg.or(value).unwrap_or_default()
+        ),
+    })
 }
 
 async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Error)> {

@@ -153,6 +153,20 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         clock_offset_ms: None,
         findings: Vec::new(),
     };
+    // The first request is a `run` lease: a store whose session follows the first lease's
+    // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
+    // connection that is already up.
+    let run_lease = grant_and_release(store, scratch, query.ttl, false, limit).await;
+    if let Err(e) = &run_lease
+        && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Refused)
+    {
+        r.refused = e.kind() == ErrorKind::Refused;
+        r.reachable = r.refused;
+        let what = if r.refused { "refused" } else { "reachable" };
+        r.findings
+            .push(Finding::new(what, Severity::Void, plain(e, &r.store)));
+        return r;
+    }
     let t0 = Instant::now();
     match bounded(limit, store.inspect(scratch)).await {
         Ok(_) => {
@@ -191,34 +205,25 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         }
     }
     // A real grant and release of each kind, on a name no one else uses.
-    for (detached, kind) in [(false, "a `run` lease"), (true, "a `lock` lease")] {
-        let req = Acquire {
-            names: vec![scratch.to_string()],
-            token: crate::names::new_token(),
-            mode: Mode::Exclusive,
-            ttl: query.ttl,
-            meta: crate::meta::holder(&["dlock doctor".into()]),
-            detached,
-        };
-        let granted = bounded(limit, store.try_acquire(&req, false)).await;
-        let released = bounded(limit, store.release(&req.names, &req.token)).await;
-        let finding = match (granted, released) {
-            (Ok(Attempt::Granted(_)), Ok(true)) => Finding::new(
+    let lock_lease = grant_and_release(store, scratch, query.ttl, true, limit).await;
+    for (kind, outcome) in [("a `run` lease", run_lease), ("a `lock` lease", lock_lease)] {
+        let finding = match outcome {
+            Ok(Some(true)) => Finding::new(
                 "permissions",
                 Severity::Ok,
                 format!("took and released {kind} on {scratch}"),
             ),
-            (Ok(Attempt::Granted(_)), Ok(false)) => Finding::new(
+            Ok(Some(false)) => Finding::new(
                 "permissions",
                 Severity::Warn,
                 format!("took {kind} on {scratch}, but its release found it gone"),
             ),
-            (Ok(Attempt::Busy { .. }), _) => Finding::new(
+            Ok(None) => Finding::new(
                 "permissions",
                 Severity::Warn,
                 format!("{kind} on the fresh name {scratch} was refused as busy"),
             ),
-            (Err(e), _) | (_, Err(e)) => {
+            Err(e) => {
                 r.refused |= e.kind() == ErrorKind::Refused;
                 let severity = if e.kind() == ErrorKind::Unavailable {
                     Severity::Void
@@ -236,6 +241,31 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         r.findings.push(finding);
     }
     r
+}
+
+/// Take a lease on `scratch` and give it back. `Ok(None)`: busy; `Ok(Some(released))`.
+async fn grant_and_release(
+    store: &dyn Store,
+    scratch: &str,
+    ttl: Duration,
+    detached: bool,
+    limit: Duration,
+) -> crate::store::StoreResult<Option<bool>> {
+    let req = Acquire {
+        names: vec![scratch.to_string()],
+        token: crate::names::new_token(),
+        mode: Mode::Exclusive,
+        ttl,
+        meta: crate::meta::holder(&["dlock doctor".into()]),
+        detached,
+    };
+    let granted = bounded(limit, store.try_acquire(&req, false)).await;
+    // Released whatever the answer: a grant whose answer was lost must not stay behind.
+    let released = bounded(limit, store.release(&req.names, &req.token)).await;
+    match granted? {
+        Attempt::Granted(_) => released.map(Some),
+        Attempt::Busy { .. } => Ok(None),
+    }
 }
 
 async fn bounded<T>(

@@ -83,11 +83,20 @@ pub async fn acquire(ctx: &Ctx, req: &Acquire, args: &AcquireArgs) -> Result<Lea
                 let code = args.conflict_exit_code.map_or(ExitCode::NotAcquired, |c| ExitCode::Raw(c.into()));
                 let msg = match (args.no_wait, args.wait) {
                     _ if args.conflict_exit_code == Some(0) => String::new(),
-                    (false, Some(w)) => format!("gave up waiting for {what} after {}: it is still held", humantime::format_duration(w)),
+                    (false, Some(w)) => format!(
+                        "gave up waiting for {what} after {} (-w {}): it is still held",
+                        took(), humantime::format_duration(w)
+                    ),
                     _ => format!("{what} is held by someone else; not acquired"),
                 };
                 Error::new(code, msg)
             }
+            // A store's own timeout is per request, and a failed attempt also cleans up after
+            // itself: say how long it all took, so the message names a true time.
+            EngineError::Unavailable(m) => Error::new(
+                ExitCode::Unavailable,
+                format!("{m}; gave up after {}", took()),
+            ),
             other => engine_error(other),
         }),
         sig = signals.recv() => {
@@ -107,6 +116,11 @@ pub fn engine_error(e: EngineError) -> Error {
         EngineError::Lost(m) => Error::new(ExitCode::LockLost, m),
         EngineError::NotHolder => Error::new(ExitCode::Failure, e.to_string()),
     }
+}
+
+/// How long this dlock has been running, as a message shows it (`1.2s`).
+fn took() -> String {
+    format!("{:.1}s", crate::app::started().elapsed().as_secs_f64())
 }
 
 pub fn millis(d: Duration) -> u64 {
