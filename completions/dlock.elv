@@ -37,6 +37,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand run 'Run a command while holding a lock, renewing it until the command exits'
             cand multilock 'Take several locks at once, all or none, then run a command or print the token'
             cand inspect 'Show who holds a lock, its fence and its waiters'
+            cand doctor 'Check each store for what dlock''s guarantees need: reachable, permitted, persistent'
             cand list 'List the locks that are held'
             cand completions 'Print a shell completion script'
         }
@@ -109,6 +110,9 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --conflict-exit-code 'Exit code when the lock is not acquired (default 75)'
             cand --limit 'Let up to K holders in at once (a semaphore)'
             cand --kill-grace 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]'
+            cand --hold-min 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)'
+            cand --max-runtime 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124'
+            cand --jitter 'Sleep a random time up to this long before trying for the lock'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -153,6 +157,22 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;inspect'= {
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
+            cand --color 'When to colour output (never when NO_COLOR is set)'
+            cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
+            cand --json 'Print results as JSON on stdout'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -q 'Say nothing on stderr but errors'
+            cand --quiet 'Say nothing on stderr but errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;doctor'= {
+            cand --ttl 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'

@@ -49,6 +49,7 @@ fn every_command_has_a_man_page() {
         "multilock",
         "inspect",
         "list",
+        "doctor",
         "completions",
     ] {
         assert!(pages.contains(&format!("dlock-{cmd}.1")), "{pages:?}");
