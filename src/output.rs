@@ -118,6 +118,19 @@ pub fn one_line(msg: &str) -> String {
     out
 }
 
+/// A string from elsewhere (another holder's metadata) for a result line: every control
+/// character escaped, so it cannot move the cursor or end the line.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let esc = c.is_control().then(|| c.escape_debug());
+            esc.into_iter()
+                .flatten()
+                .chain((!c.is_control()).then_some(c))
+        })
+        .collect()
+}
+
 fn closed_stdout(e: io::Error) {
     if e.kind() == io::ErrorKind::BrokenPipe {
         std::process::exit(0);
@@ -135,5 +148,6 @@ mod tests {
         assert_eq!(one_line("a\nb"), "a b");
         assert_eq!(one_line("x\r\u{7}\u{1b}[2J"), "x\\r\\u{7}\\u{1b}[2J");
         assert_eq!(one_line("plain é"), "plain é");
+        assert_eq!(super::printable("a\nb\u{1b}c é"), "a\\nb\\u{1b}c é");
     }
 }

@@ -480,3 +480,29 @@ fn the_time_a_timeout_message_names_is_true() {
         assert!(said + 0.1 >= 1.0, "{url}: {err}");
     }
 }
+
+/// A holder's command line, as another process stored it, reaches `inspect` and `list`
+/// escaped: it cannot clear the reader's screen.
+#[test]
+fn another_holders_metadata_is_shown_escaped() {
+    let env = Env::file();
+    // --hold-min leaves the lease held by the finished run, so no process needs to linger.
+    let o = env.run(&[
+        "run",
+        "job",
+        "--hold-min",
+        "1m",
+        "--",
+        "sh",
+        "-c",
+        "true",
+        "\u{1b}[2J\rgotcha",
+    ]);
+    assert_code(&o, 0);
+    let shown = stdout(&env.run(&["inspect", "job"]));
+    assert!(shown.contains(r"\u{1b}[2J\rgotcha"), "{shown:?}");
+    assert!(
+        !shown.chars().any(|c| c.is_control() && c != '\n'),
+        "{shown:?}"
+    );
+}

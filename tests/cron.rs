@@ -7,7 +7,9 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::etcd::EtcdServer;
 use common::redis::RedisServer;
+use common::zk::ZkServer;
 use common::*;
 
 fn held(env: &Env, name: &str) -> serde_json::Value {
@@ -55,6 +57,18 @@ fn hold_min_on_the_file_store() {
 fn hold_min_on_redis() {
     let redis = RedisServer::start();
     hold_min_keeps_the_lease_after_the_command(&Env::with_stores(vec![redis.url()]));
+}
+
+#[test]
+fn hold_min_on_etcd() {
+    let etcd = EtcdServer::start();
+    hold_min_keeps_the_lease_after_the_command(&Env::with_stores(vec![etcd.url()]));
+}
+
+#[test]
+fn hold_min_on_zookeeper() {
+    let zk = ZkServer::start();
+    hold_min_keeps_the_lease_after_the_command(&Env::with_stores(vec![zk.url()]));
 }
 
 #[test]

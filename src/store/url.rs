@@ -249,12 +249,12 @@ fn parse_server(
     };
     if let Some(file) = url.take_param("password_file") {
         let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("cannot read password_file {file}: {e}"))?;
+            .map_err(|e| format!("cannot read password_file {file:?}: {e}"))?;
         url.password = Some(text.trim_end_matches(['\n', '\r']).to_string());
     }
     if let Some(var) = url.take_param("password_env") {
         url.password =
-            Some(env(&var).ok_or_else(|| format!("password_env names {var}, which is not set"))?);
+            Some(env(&var).ok_or_else(|| format!("password_env names {var:?}, which is not set"))?);
     }
     if url.password.is_none() {
         url.password = env("DLOCK_PASSWORD").filter(|p| !p.is_empty());
