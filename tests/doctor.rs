@@ -206,3 +206,23 @@ fn json_has_one_entry_per_store_with_its_findings() {
     let (code, v) = json_doctor(vec![redis.url()]);
     assert_eq!((code, &v["healthy"]), (0, &serde_json::json!(true)), "{v}");
 }
+
+#[test]
+fn the_file_store_says_what_it_covers_and_leaves_one_record_per_host() {
+    let env = Env::file();
+    let o = env.run(&["doctor"]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(line(&out, "scope").contains("this host only"), "{out}");
+    assert!(line(&out, "persistence").contains("file system"), "{out}");
+    assert_code(&env.run(&["doctor"]), 0);
+    let dir = env.dir.path().join("runtime/dlock/default");
+    let records = std::fs::read_dir(&dir).map_or(0, |d| {
+        d.filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().contains("doctor"))
+        })
+        .count()
+    });
+    assert!(records <= 1, "{records} records in {}", dir.display());
+}

@@ -31,17 +31,15 @@ struct Report {
     version: Option<String>,
     clock_offset_ms: Option<i64>,
     findings: Vec<Finding>,
+    /// A `run` lease could be taken and released (the kind every quorum member must grant).
+    #[serde(skip)]
+    takes_run_leases: bool,
 }
 
 impl Report {
     /// Could take and release a lease: counts toward a majority.
     fn usable(&self) -> bool {
-        self.reachable
-            && !self.refused
-            && !self
-                .findings
-                .iter()
-                .any(|f| f.check == "permissions" && f.severity >= Severity::Warn)
+        self.reachable && !self.refused && self.takes_run_leases
     }
 }
 
@@ -52,7 +50,7 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         in_quorum: stores.len() > 1,
     };
     let limit = ctx.engine.store_timeout().max(Duration::from_secs(2));
-    let scratch = format!("dlock-doctor-{}", &crate::names::new_token()[..12]);
+    let scratch = scratch_name();
     let reports: Vec<Report> = join_all(
         stores
             .iter()
@@ -152,11 +150,13 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         version: None,
         clock_offset_ms: None,
         findings: Vec::new(),
+        takes_run_leases: false,
     };
     // The first request is a `run` lease: a store whose session follows the first lease's
     // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
     // connection that is already up.
     let run_lease = grant_and_release(store, scratch, query.ttl, false, limit).await;
+    r.takes_run_leases = run_lease.is_ok();
     if let Err(e) = &run_lease
         && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Refused)
     {
@@ -220,8 +220,8 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
             ),
             Ok(None) => Finding::new(
                 "permissions",
-                Severity::Warn,
-                format!("{kind} on the fresh name {scratch} was refused as busy"),
+                Severity::Note,
+                format!("{scratch} was busy (another dlock doctor on this host?); try again"),
             ),
             Err(e) => {
                 r.refused |= e.kind() == ErrorKind::Refused;
@@ -241,6 +241,23 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         r.findings.push(finding);
     }
     r
+}
+
+/// The name doctor takes its leases on: one per host, since each name keeps a small record
+/// (its fence) on the store after its last lease ends, and doctor should not leave a new one
+/// behind on every run.
+fn scratch_name() -> String {
+    let host: String = crate::sys::hostname()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .take(64)
+        .collect();
+    let host = host.trim_start_matches(['.', '-']);
+    if host.is_empty() {
+        "dlock-doctor".to_string()
+    } else {
+        format!("dlock-doctor@{host}")
+    }
 }
 
 /// Take a lease on `scratch` and give it back. `Ok(None)`: busy; `Ok(Some(released))`.
