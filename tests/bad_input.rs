@@ -421,6 +421,16 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
             64,
             "its own --store",
         ),
+        (
+            vec!["--store", "a,b", "lock", "x"],
+            64,
+            "several stores are given by repeating --store",
+        ),
+        (
+            vec!["--store", "redis://h:1,", "lock", "x"],
+            64,
+            "an empty host in the list (a stray comma?)",
+        ),
     ];
     for (args, expected, want) in cases {
         let o = env.run(&args);
