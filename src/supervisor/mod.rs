@@ -205,9 +205,8 @@ pub async fn supervise(
     {
         // Leave the lease to run out on the store at start + hold-min, not released: no
         // other host (whatever its clock says) runs the job again within that window.
-        return hold_until(ctx, &lease, left, hold)
-            .await
-            .and_then(|()| exit_status(status, overran, limits));
+        hold_until(ctx, &lease, left, hold).await;
+        return exit_status(status, overran, limits);
     }
     let tally = ctx.engine.release(&lease.req.names, &lease.req.token).await;
     if !tally.errors.is_empty() && lost.is_none() {
@@ -261,7 +260,7 @@ fn exit_status(
 }
 
 /// Set the lease to run out `left` from now (the end of the `--hold-min` window) and leave it.
-async fn hold_until(ctx: &Ctx, lease: &Lease, left: Duration, hold: Duration) -> Result<()> {
+async fn hold_until(ctx: &Ctx, lease: &Lease, left: Duration, hold: Duration) {
     let req = &lease.req;
     let tally = ctx.engine.extend(&req.names, &req.token, left).await;
     match ctx.engine.verdict(tally) {
@@ -272,17 +271,13 @@ async fn hold_until(ctx: &Ctx, lease: &Lease, left: Duration, hold: Duration) ->
                 humantime::format_duration(hold),
                 humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
             ));
-            Ok(())
         }
-        Err(e) => {
-            // The command ran under the lock; only the window after it is not assured.
-            ctx.out.warn(&format!(
-                "could not keep {} for the rest of --hold-min {}: {e}",
-                req.names.join(", "),
-                humantime::format_duration(hold)
-            ));
-            Ok(())
-        }
+        // The command ran under the lock; only the window after it is not assured.
+        Err(e) => ctx.out.warn(&format!(
+            "could not keep {} for the rest of --hold-min {}: {e}",
+            req.names.join(", "),
+            humantime::format_duration(hold)
+        )),
     }
 }
 
