@@ -226,3 +226,16 @@ fn the_file_store_says_what_it_covers_and_leaves_one_record_per_host() {
     });
     assert!(records <= 1, "{records} records in {}", dir.display());
 }
+
+#[test]
+fn a_redis_cluster_reports_its_version_and_every_masters_persistence() {
+    let cluster = common::redis::RedisCluster::start(3, 0);
+    let o = doctor(vec![cluster.url()], &[]);
+    let out = stdout(&o);
+    assert_code(&o, 0);
+    assert!(line(&out, "version").contains("Redis 7"), "{out}");
+    assert!(line(&out, "clock").contains("this host's"), "{out}");
+    // The fixture's nodes run without appendonly: a warning for a lone store.
+    assert!(line(&out, "persistence").contains("appendonly no"), "{out}");
+    assert!(out.contains("took and released a `run` lease"), "{out}");
+}

@@ -1,7 +1,7 @@
 //! What `dlock doctor` asks a Redis server: its version, its clock (`TIME`, the clock every
 //! lease is timed by) and the persistence settings a restart's safety depends on.
 
-use redis::cmd;
+use redis::{Value, cmd};
 
 use super::{RedisStore, classify};
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_finding, wall_ms};
@@ -9,12 +9,16 @@ use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_fi
 impl RedisStore {
     pub(super) async fn doctor(&self, q: HealthQuery) -> StoreResult<Health> {
         let mut h = Health::default();
-        let info: String = self
+        // A cluster answers INFO from every node, as a map by node: any one tells the version.
+        let info: Value = self
             .conn
             .query(cmd("INFO").arg("server"))
             .await
             .map_err(classify)?;
-        h.version = field(&info, "redis_version").map(|v| format!("Redis {v}"));
+        h.version = first_text(info)
+            .as_deref()
+            .and_then(|i| field(i, "redis_version"))
+            .map(|v| format!("Redis {v}"));
         let before = wall_ms();
         let (secs, micros): (i64, i64) = self.conn.query(&cmd("TIME")).await.map_err(classify)?;
         let after = wall_ms();
@@ -81,6 +85,14 @@ impl RedisStore {
                 "appendonly yes (appendfsync could not be read)",
             ),
         }
+    }
+}
+
+/// The text of a reply, or of the first node's reply in a cluster's map of them.
+fn first_text(v: Value) -> Option<String> {
+    match v {
+        Value::Map(entries) => entries.into_iter().find_map(|(_, v)| first_text(v)),
+        v => redis::from_redis_value::<String>(v).ok(),
     }
 }
 
