@@ -516,3 +516,13 @@ fn another_holders_metadata_is_shown_escaped() {
         "{shown:?}"
     );
 }
+
+/// Without `--`, the first word that is not a flag starts the command, and everything after
+/// it is the command's own, flags included.
+#[test]
+fn run_without_a_double_dash_still_runs_the_command() {
+    let env = Env::file();
+    let o = env.run(&["run", "job", "-w", "5", "echo", "hi", "-n", "--frob"]);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "hi -n --frob");
+}
