@@ -40,6 +40,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a command while holding a lock, renewing it until the command exits')
             [CompletionResult]::new('multilock', 'multilock', [CompletionResultType]::ParameterValue, 'Take several locks at once, all or none, then run a command or print the token')
             [CompletionResult]::new('inspect', 'inspect', [CompletionResultType]::ParameterValue, 'Show who holds a lock, its fence and its waiters')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check each store for what dlock''s guarantees need: reachable, permitted, persistent')
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the locks that are held')
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until a lock is free, without taking it')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
@@ -121,6 +122,9 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]')
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)')
             [CompletionResult]::new('--events', '--events', [CompletionResultType]::ParameterName, 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)')
+            [CompletionResult]::new('--hold-min', '--hold-min', [CompletionResultType]::ParameterName, 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)')
+            [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124')
+            [CompletionResult]::new('--jitter', '--jitter', [CompletionResultType]::ParameterName, 'Sleep a random time up to this long before trying for the lock')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -169,6 +173,23 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;inspect' {
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
+            [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print results as JSON on stdout')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say nothing on stderr but errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say nothing on stderr but errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlock;doctor' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')

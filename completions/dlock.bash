@@ -19,6 +19,9 @@ _dlock() {
             dlock,completions)
                 cmd="dlock__subcmd__completions"
                 ;;
+            dlock,doctor)
+                cmd="dlock__subcmd__doctor"
+                ;;
             dlock,extend)
                 cmd="dlock__subcmd__extend"
                 ;;
@@ -50,7 +53,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-v -q -h -V --store --namespace --json --color --verbose --quiet --store-timeout --help --version lock unlock extend run multilock inspect list wait completions"
+            opts="-v -q -h -V --store --namespace --json --color --verbose --quiet --store-timeout --help --version lock unlock extend run multilock inspect doctor list wait completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -86,6 +89,40 @@ _dlock() {
                 return 0
             fi
             case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --store-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__doctor)
+            opts="-v -q -h -V --ttl --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -340,7 +377,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --reason --events --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --reason --events --hold-min --max-runtime --jitter --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -383,6 +420,18 @@ _dlock() {
                     return 0
                     ;;
                 --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-runtime)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jitter)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -41,6 +41,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "extend" -d 'Renew a lea
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "multilock" -d 'Take several locks at once, all or none, then run a command or print the token'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "inspect" -d 'Show who holds a lock, its fence and its waiters'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "doctor" -d 'Check each store for what dlock\'s guarantees need: reachable, permitted, persistent'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List the locks that are held'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "wait" -d 'Wait until a lock is free, without taking it'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
@@ -96,6 +97,9 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l limit -d 'Let up to 
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l hold-min -d 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l max-runtime -d 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l jitter -d 'Sleep a random time up to this long before trying for the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -138,6 +142,18 @@ complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s v -l verbose -d 
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The ttl the locks will use: ZooKeeper\'s session bounds are checked against it' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''

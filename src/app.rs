@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use clap::error::ErrorKind;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::commands::Ctx;
@@ -13,6 +13,7 @@ use crate::output::Output;
 use crate::store::url::{self, StoreUrl};
 
 pub fn main() -> i32 {
+    crate::sys::started();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
@@ -60,6 +61,10 @@ fn clap_error(e: clap::Error) -> i32 {
             ExitCode::Usage.into()
         }
         _ => {
+            if let Some(msg) = escaped(&e) {
+                Output::plain().error(&format!("{msg}; see 'dlock --help'"));
+                return ExitCode::Usage.into();
+            }
             let rendered = e.render().to_string();
             let first = rendered
                 .lines()
@@ -77,19 +82,56 @@ fn clap_error(e: clap::Error) -> i32 {
     }
 }
 
+/// clap's message again when the user's word in it has a control character or a newline:
+/// clap would print it raw (or strip part of it, or cut the line), so show it escaped.
+fn escaped(e: &clap::Error) -> Option<String> {
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(v)) => Some(v.clone()),
+        _ => None,
+    };
+    let (arg, value) = (
+        context(ContextKind::InvalidArg),
+        context(ContextKind::InvalidValue),
+    );
+    let raw = |s: &Option<String>| {
+        s.as_deref()
+            .is_some_and(|s| s.chars().any(char::is_control))
+    };
+    if !raw(&arg) && !raw(&value) {
+        return None;
+    }
+    Some(match (e.kind(), arg, value) {
+        (ErrorKind::ValueValidation | ErrorKind::InvalidValue, Some(arg), Some(value)) => {
+            let why = std::error::Error::source(e)
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default();
+            format!("invalid value {value:?} for '{arg}'{why}")
+        }
+        (ErrorKind::UnknownArgument, Some(arg), _) => format!("unexpected argument {arg:?}"),
+        (kind, arg, value) => format!(
+            "{}: {:?}",
+            kind.as_str().unwrap_or("bad usage"),
+            arg.or(value).unwrap_or_default()
+        ),
+    })
+}
+
 async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Error)> {
     let ttl = match &cli.command {
         Command::Lock(a) => Some(a.acquire.ttl),
         Command::Run(a) => Some(a.acquire.ttl),
         Command::Multilock(a) => Some(a.acquire.ttl),
         Command::Extend(a) => Some(a.ttl),
+        Command::Doctor(a) => Some(a.ttl),
         Command::Completions(a) => {
             crate::commands::completions::run(a, &out);
             return Ok(0);
         }
         _ => None,
     };
+    // `doctor` reports a bent clock as a finding instead of refusing to look.
     if ttl.is_some()
+        && !matches!(cli.command, Command::Doctor(_))
         && let Err(e) = trust_clock()
     {
         return Err((out, e));
@@ -111,7 +153,7 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
 /// conservative deadline, renewals). If that clock is not the kernel's, as under libfaketime,
 /// a lease could outlive its deadline unnoticed: refuse to take or extend one rather than let
 /// a bent clock admit two holders.
-fn trust_clock() -> Result<()> {
+pub fn trust_clock() -> Result<()> {
     let skew = crate::sys::clock_skew();
     if skew > Duration::from_millis(500) {
         return Err(Error::failure(format!(
@@ -126,6 +168,13 @@ fn trust_clock() -> Result<()> {
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.
 pub(crate) fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
     let raw: Vec<String> = if !flags.is_empty() {
+        // The URL itself is not shown: it may carry a password.
+        if flags.iter().any(|f| url::split_list(f).len() > 1) {
+            return Err(Error::usage(
+                "one --store names several stores (a comma, then another scheme://); give \
+                 each store its own --store, or list them comma-separated in DLOCK_STORE",
+            ));
+        }
         flags.to_vec()
     } else {
         url::split_list(&std::env::var("DLOCK_STORE").unwrap_or_default())

@@ -22,9 +22,10 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
         Wrap a command with `dlock run NAME -- CMD` so two copies never run at once, take and \
         release locks from scripts with `lock`/`unlock`, and see who holds one with `inspect`. \
         With no --store the embedded file store is used ($XDG_RUNTIME_DIR/dlock, else \
-        /tmp/dlock-$UID); give several --store URLs for a lock held by a majority of them.",
+        /tmp/dlock-$UID); give several --store URLs for a lock held by a majority of them. \
+        Durations are 500ms, 30s, 5m, 1h, or a bare number of seconds (5, 0.5).",
     after_help = "Exit codes: 0 ok, 1 not the holder / failure, 64 usage, 69 stores unavailable, \
-        70 lock lost (run), 75 not acquired, 77 refused by the store.",
+        70 lock lost (run), 75 not acquired, 77 refused by the store, 124 --max-runtime ran out (run).",
     propagate_version = true,
     disable_help_subcommand = true
 )]
@@ -90,6 +91,8 @@ pub enum Command {
     Multilock(MultilockArgs),
     /// Show who holds a lock, its fence and its waiters
     Inspect(InspectArgs),
+    /// Check each store for what dlock's guarantees need: reachable, permitted, persistent
+    Doctor(DoctorArgs),
     /// List the locks that are held
     List(ListArgs),
     /// Wait until a lock is free, without taking it
@@ -207,10 +210,32 @@ pub struct RunArgs {
     pub supervise: SuperviseArgs,
     #[command(flatten)]
     pub holder: HolderArgs,
+    #[command(flatten)]
+    pub cron: CronArgs,
     /// Command to run, after `--`
-    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true,
-          allow_hyphen_values = true)]
+    // No allow_hyphen_values: a word that looks like a flag before the command (a typo, a flag
+    // of another version) is a usage error naming it, never a command to execute; after `--`
+    // or after the command's first word, everything is the command's.
+    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
     pub command: Vec<OsString>,
+}
+
+/// Helpers for jobs a scheduler starts on many hosts at once.
+#[derive(Args, Debug, Clone)]
+pub struct CronArgs {
+    /// Keep the lock at least this long after the command started, even if it ends sooner
+    /// (the lease is left to expire on the store; dlock exits with the command)
+    #[arg(long, value_name = "DUR", value_parser = parse_hold_min)]
+    pub hold_min: Option<Duration>,
+
+    /// Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace,
+    /// then release; dlock exits 124
+    #[arg(long, value_name = "DUR", value_parser = parse_positive)]
+    pub max_runtime: Option<Duration>,
+
+    /// Sleep a random time up to this long before trying for the lock
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub jitter: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -253,6 +278,13 @@ pub struct InspectArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// The ttl the locks will use: ZooKeeper's session bounds are checked against it
+    #[arg(long, value_name = "DUR", env = "DLOCK_TTL", default_value = "30s", value_parser = parse_ttl)]
+    pub ttl: Duration,
+}
+
+#[derive(Args, Debug)]
 pub struct ListArgs {
     /// Only names that start with this
     #[arg(value_name = "PREFIX", default_value = "", value_parser = names::parse_prefix)]
@@ -271,12 +303,47 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-/// A humantime duration within the bounds every store can represent.
+/// A humantime duration within the bounds every store can represent. A bare number is
+/// seconds, as `flock -w 5` and `timeout 0.5` take it, so habits from those tools carry over.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e}; write a duration such as 500ms, 30s, 5m or 1h"))?;
+    let t = s.trim();
+    let d = match bare_seconds(t) {
+        Some(secs) => Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{s:?} is too long; the most is 366 days"))?,
+        None => humantime::parse_duration(t).map_err(|e| {
+            format!("{s:?} is not a duration ({e}); write e.g. 5 (seconds), 500ms, 30s, 5m or 1h")
+        })?,
+    };
     if d > MAX_DURATION {
-        return Err(format!("{s} is too long; the most is 366 days"));
+        return Err(format!("{s:?} is too long; the most is 366 days"));
+    }
+    Ok(d)
+}
+
+/// `5`, `0.5`, `.5`: plain decimal seconds (no sign, exponent, `inf` or `nan`).
+fn bare_seconds(t: &str) -> Option<f64> {
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+        return None;
+    }
+    t.parse().ok()
+}
+
+fn parse_positive(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?} is no time at all; give e.g. 10m"));
+    }
+    Ok(d)
+}
+
+fn parse_hold_min(s: &str) -> Result<Duration, String> {
+    let d = parse_positive(s)?;
+    if d < MIN_TTL {
+        return Err(format!(
+            "a --hold-min of {s:?} is too short; the least is 100ms"
+        ));
     }
     Ok(d)
 }
@@ -284,7 +351,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < MIN_TTL {
-        return Err(format!("a ttl of {s} is too short; the least is 100ms"));
+        return Err(format!("a ttl of {s:?} is too short; the least is 100ms"));
     }
     Ok(d)
 }
@@ -327,5 +394,19 @@ mod tests {
         assert!(parse_ttl("soon").is_err());
         assert!(parse_ttl("1000y").is_err());
         assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bare_numbers_are_seconds() {
+        assert_eq!(parse_wait("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_wait("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_wait(".25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_wait("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_ttl("2"), Ok(Duration::from_secs(2)));
+        for bad in ["-1", "1e3", "inf", "nan", ".", "1.2.3", "+5", "0x10"] {
+            assert!(parse_wait(bad).is_err(), "{bad}");
+        }
+        assert!(parse_ttl("0").is_err());
+        assert!(parse_wait("99999999999999999999").is_err());
     }
 }

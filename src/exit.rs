@@ -21,6 +21,8 @@ pub enum ExitCode {
     NotAcquired,
     /// The store refused us: authentication or permission (EX_NOPERM).
     Refused,
+    /// `run --max-runtime`: the command ran too long and was stopped (as `timeout(1)`).
+    TimedOut,
     /// Any other number: a child's status passed through, 128+N for a signal, or `-E CODE`.
     Raw(i32),
 }
@@ -35,6 +37,7 @@ impl From<ExitCode> for i32 {
             ExitCode::LockLost => 70,
             ExitCode::NotAcquired => 75,
             ExitCode::Refused => 77,
+            ExitCode::TimedOut => 124,
             ExitCode::Raw(n) => n,
         }
     }
@@ -86,6 +89,7 @@ mod tests {
             (ExitCode::LockLost, 70),
             (ExitCode::NotAcquired, 75),
             (ExitCode::Refused, 77),
+            (ExitCode::TimedOut, 124),
         ];
         for (code, n) in pinned {
             assert_eq!(i32::from(code), n, "{code:?}");

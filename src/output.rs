@@ -74,8 +74,7 @@ impl Output {
         } else {
             label.to_string()
         };
-        // One line: a message from a store may carry newlines of its own.
-        let msg = msg.replace('\n', " ");
+        let msg = one_line(msg);
         let _ = writeln!(io::stderr().lock(), "dlock: {label}{msg}");
     }
 
@@ -123,10 +122,51 @@ impl Output {
     }
 }
 
+/// A message as one printable line. A store's message may carry newlines of its own (they
+/// become spaces); any other control character is shown escaped, so a user-supplied string
+/// that slipped into a message unquoted still cannot rewrite the terminal.
+pub fn one_line(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for c in msg.chars() {
+        match c {
+            '\n' => out.push(' '),
+            c if c.is_control() => out.extend(c.escape_debug()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A string from elsewhere (another holder's metadata) for a result line: every control
+/// character escaped, so it cannot move the cursor or end the line.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let esc = c.is_control().then(|| c.escape_debug());
+            esc.into_iter()
+                .flatten()
+                .chain((!c.is_control()).then_some(c))
+        })
+        .collect()
+}
+
 fn closed_stdout(e: io::Error) {
     if e.kind() == io::ErrorKind::BrokenPipe {
         std::process::exit(0);
     }
     let _ = writeln!(io::stderr(), "dlock: error: cannot write to stdout: {e}");
     std::process::exit(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn messages_are_one_printable_line() {
+        assert_eq!(one_line("a\nb"), "a b");
+        assert_eq!(one_line("x\r\u{7}\u{1b}[2J"), "x\\r\\u{7}\\u{1b}[2J");
+        assert_eq!(one_line("plain é"), "plain é");
+        assert_eq!(super::printable("a\nb\u{1b}c é"), "a\\nb\\u{1b}c é");
+    }
 }

@@ -197,3 +197,11 @@ impl Drop for Foreground {
         }
     }
 }
+
+/// When this process started its work, for messages that say how long something took.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// The instant `started` was first called (`app` calls it first thing).
+pub fn started() -> std::time::Instant {
+    *STARTED.get_or_init(std::time::Instant::now)
+}

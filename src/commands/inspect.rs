@@ -8,6 +8,7 @@ use super::engine_error;
 use crate::cli::InspectArgs;
 use crate::engine::EngineError;
 use crate::exit::Result;
+use crate::output::printable;
 use crate::store::{ErrorKind, Holder, LockState, Previous, StoreError, Waiter};
 
 /// A holder as the quorum sees it: the owner's lease on how many stores.
@@ -65,7 +66,8 @@ pub fn merge(states: &[&LockState], need: usize) -> Merged {
 /// The owner as people name machines: user@host pid N.
 pub fn who(h: &Holder) -> String {
     let m = &h.meta;
-    let s = |k: &str| m.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+    // Metadata another process wrote: shown escaped, never raw.
+    let s = |k: &str| printable(m.get(k).and_then(|v| v.as_str()).unwrap_or("?"));
     format!(
         "{}@{} pid {}",
         s("user"),
@@ -159,7 +161,7 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
             .meta
             .get("acquired_at")
             .and_then(|v| v.as_str())
-            .unwrap_or("?");
+            .map_or("?".into(), printable);
         out.line(&format!(
             "  holder    {}  {}  {}  since {since}  expires in {}  fence {}",
             h.owner,
@@ -174,7 +176,7 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
             .and_then(|v| v.as_str())
             .filter(|c| !c.is_empty())
         {
-            out.line(&format!("            command: {cmd}"));
+            out.line(&format!("            command: {}", printable(cmd)));
         }
         if let Some(reason) = crate::meta::field(&h.meta, "reason") {
             out.line(&format!(

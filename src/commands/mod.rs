@@ -2,6 +2,7 @@
 //! a lock while answering signals, and turning engine outcomes into pinned exit codes.
 
 pub mod completions;
+pub mod doctor;
 pub mod extend;
 pub mod inspect;
 pub mod list;
@@ -43,6 +44,7 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
         Command::Inspect(a) => inspect::run(a, ctx).await,
         Command::List(a) => list::run(a, ctx).await,
         Command::Wait(a) => wait::run(a, ctx).await,
+        Command::Doctor(a) => doctor::run(a, ctx).await,
         Command::Completions(a) => {
             completions::run(&a, &ctx.out);
             Ok(0)
@@ -153,13 +155,20 @@ pub async fn acquire_with(
             let msg = match (args.no_wait, args.wait) {
                 _ if args.conflict_exit_code == Some(0) => String::new(),
                 (false, Some(w)) => format!(
-                    "gave up waiting for {what} after {}: it is still held",
+                    "gave up waiting for {what} after {} (-w {}): it is still held",
+                    took(),
                     humantime::format_duration(w)
                 ),
                 _ => format!("{what} is held by someone else; not acquired"),
             };
             Error::new(code, msg)
         }
+        // A store's own timeout is per request, and a failed attempt also cleans up after
+        // itself: say how long it all took, so the message names a true time.
+        EngineError::Unavailable(m) => Error::new(
+            ExitCode::Unavailable,
+            format!("{m}; gave up after {}", took()),
+        ),
         other => engine_error(other),
     })
 }
@@ -174,6 +183,11 @@ pub fn engine_error(e: EngineError) -> Error {
         EngineError::Lost(m) => Error::new(ExitCode::LockLost, m),
         EngineError::NotHolder => Error::new(ExitCode::Failure, e.to_string()),
     }
+}
+
+/// How long this dlock has been running, as a message shows it (`1.2s`).
+fn took() -> String {
+    format!("{:.1}s", crate::sys::started().elapsed().as_secs_f64())
 }
 
 pub fn millis(d: Duration) -> u64 {

@@ -28,8 +28,16 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
             super::lock::print_token(ctx, &lease);
             return Ok(0);
         }
-        supervisor::supervise_with(&ctx.engine, &ctx.out, lease, &args.command, grace, &events)
-            .await
+        supervisor::supervise_with(
+            &ctx.engine,
+            &ctx.out,
+            lease,
+            &args.command,
+            grace,
+            supervisor::Limits::default(),
+            &events,
+        )
+        .await
     }
     .await;
     events.finish();

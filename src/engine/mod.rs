@@ -135,6 +135,11 @@ impl Engine {
         &self.stores
     }
 
+    /// How long one store may take to answer one request.
+    pub fn store_timeout(&self) -> Duration {
+        self.store_timeout
+    }
+
     /// N/2 + 1: two majorities always share a store.
     pub fn majority(&self) -> usize {
         self.stores.len() / 2 + 1
@@ -293,7 +298,17 @@ impl Engine {
                     sleep(timing::jitter(self.store_timeout, 0.5)).await;
                     continue;
                 }
-                self.release_on(&self.all(), req).await;
+                // The stores that granted or erred were just released; a busy one may still
+                // hold our queue entry. (Not all again: a store that gave no answer would
+                // cost another whole store timeout for nothing.)
+                let rest: Vec<usize> = self
+                    .all()
+                    .into_iter()
+                    .filter(|i| !dirty.contains(i))
+                    .collect();
+                if !rest.is_empty() {
+                    self.release_on(&rest, req).await;
+                }
                 return Err(unreachable(
                     errors.into_iter().map(|(_, e)| e).collect(),
                     self.stores.len(),

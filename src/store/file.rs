@@ -8,6 +8,8 @@
 //! cannot move; a state file from an earlier boot has no live holders.
 //! Waiters are woken by inotify on the directory (the rename of a state file).
 
+mod doctor;
+
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -21,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::unix::AsyncFd;
 
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreError,
-    StoreResult,
+    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Previous,
+    Store, StoreError, StoreResult,
 };
 use crate::sys;
 
@@ -260,6 +262,10 @@ fn flock(file: &File) -> io::Result<()> {
 
 #[async_trait]
 impl Store for FileStore {
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query)
+    }
+
     fn describe(&self) -> &str {
         &self.0.desc
     }

@@ -289,6 +289,97 @@ impl std::error::Error for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// How much a `doctor` finding matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// As it should be.
+    Ok,
+    /// Worth knowing; no guarantee depends on it.
+    Note,
+    /// Something a user of some feature will trip on.
+    Warn,
+    /// A guarantee of the design contract does not hold as the store is set up.
+    Void,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Note => "note",
+            Severity::Warn => "warn",
+            Severity::Void => "VOID",
+        }
+    }
+}
+
+/// One thing `doctor` learned about a store.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// What was checked: "version", "clock", "persistence", "sessions", ...
+    pub check: &'static str,
+    pub severity: Severity,
+    pub text: String,
+}
+
+impl Finding {
+    pub fn new(check: &'static str, severity: Severity, text: impl Into<String>) -> Finding {
+        Finding {
+            check,
+            severity,
+            text: text.into(),
+        }
+    }
+}
+
+/// What `doctor` asks a store about.
+#[derive(Clone, Copy, Debug)]
+pub struct HealthQuery {
+    /// The ttl locks will use (ZooKeeper's session bounds are judged against it).
+    pub ttl: Duration,
+    /// Whether the store is one of several in a quorum (persistence matters more there).
+    pub in_quorum: bool,
+}
+
+/// The store-side facts `doctor` reports, beyond reachability and permissions (which it
+/// learns by taking a lease).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Health {
+    pub version: Option<String>,
+    /// The store's clock minus this host's, where the store tells its time.
+    pub clock_offset_ms: Option<i64>,
+    pub findings: Vec<Finding>,
+}
+
+/// This host's wall clock in ms since the epoch, for comparing with a store's.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The clock finding for a store time `server_ms` read between `before` and `after` (this
+/// host's wall clock, ms): the offset from the middle of the round trip, within half of it.
+pub fn clock_finding(health: &mut Health, server_ms: i64, before: i64, after: i64) {
+    let offset = server_ms - (before + after) / 2;
+    health.clock_offset_ms = Some(offset);
+    let how = if offset >= 0 { "ahead of" } else { "behind" };
+    let text = format!(
+        "the store's clock is {}ms {how} this host's (within {}ms)",
+        offset.abs(),
+        (after - before + 1) / 2
+    );
+    // Leases are timed by the store, so an offset breaks no lock; it does shift a
+    // `--hold-min` window as other hosts see it, and the times `inspect` shows.
+    let severity = if offset.abs() > 1000 {
+        Severity::Warn
+    } else {
+        Severity::Ok
+    };
+    health.findings.push(Finding::new("clock", severity, text));
+}
+
 /// Wakes a waiter when a lock it waits for may have changed hands.
 #[async_trait]
 pub trait Listener: Send {
@@ -336,6 +427,12 @@ pub trait Store: Send + Sync {
     /// Hints for `inspect` about how this store is set up (e.g. missing persistence).
     async fn warnings(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// What `doctor` reports of the store's setup: version, clock, persistence, limits.
+    /// Stores that can tell nothing more than their locks do keep this default.
+    async fn health(&self, _query: HealthQuery) -> StoreResult<Health> {
+        Ok(Health::default())
     }
 }
 

@@ -158,9 +158,15 @@ pub fn parse_with_env(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<StoreUrl, String> {
     let shown = redact_raw(input);
-    let (scheme, rest) = input
-        .split_once("://")
-        .ok_or_else(|| format!("{shown:?} is not a store URL; it starts with one of {SCHEMES}"))?;
+    let (scheme, rest) = input.split_once("://").ok_or_else(|| {
+        let several = if input.contains(',') {
+            "; several stores are given by repeating --store (or comma-separated in \
+             DLOCK_STORE), each a whole URL"
+        } else {
+            ""
+        };
+        format!("{shown:?} is not a store URL; it starts with one of {SCHEMES}{several}")
+    })?;
     let scheme = scheme.to_ascii_lowercase();
     if scheme == "file" {
         if !rest.starts_with('/') || rest.contains('?') {
@@ -235,6 +241,13 @@ fn parse_server(
     }
     let mut hosts = Vec::new();
     for h in hostlist.split(',') {
+        if h.is_empty() {
+            return Err(
+                "an empty host in the list (a stray comma?); several stores are given \
+                 by repeating --store (or comma-separated in DLOCK_STORE)"
+                    .into(),
+            );
+        }
         hosts.push(parse_host(h, default_port)?);
     }
     if hosts.len() > 1 && !multi && !scheme.starts_with("redis") {
@@ -264,12 +277,12 @@ fn parse_server(
     };
     if let Some(file) = url.take_param("password_file") {
         let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("cannot read password_file {file}: {e}"))?;
+            .map_err(|e| format!("cannot read password_file {file:?}: {e}"))?;
         url.password = Some(text.trim_end_matches(['\n', '\r']).to_string());
     }
     if let Some(var) = url.take_param("password_env") {
         url.password =
-            Some(env(&var).ok_or_else(|| format!("password_env names {var}, which is not set"))?);
+            Some(env(&var).ok_or_else(|| format!("password_env names {var:?}, which is not set"))?);
     }
     if url.password.is_none() {
         url.password = env("DLOCK_PASSWORD").filter(|p| !p.is_empty());

@@ -39,6 +39,16 @@ pub fn kill_grace(given: Option<Duration>, ttl: Duration) -> Result<Duration> {
     Ok(grace)
 }
 
+/// What `run`'s cron helpers ask of the supervision (none for `multilock`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    /// `--hold-min`: keep the lease until this long after the command started, even if the
+    /// command ends sooner; the lease is then left to expire on the store.
+    pub hold_min: Option<Duration>,
+    /// `--max-runtime`: stop the command this long after it started.
+    pub max_runtime: Option<Duration>,
+}
+
 /// What the renewal task last learned.
 #[derive(Clone, Debug)]
 struct Health {
@@ -58,6 +68,7 @@ pub async fn supervise_with(
     lease: Lease,
     command: &[OsString],
     grace: Duration,
+    limits: Limits,
     events: &Events,
 ) -> Result<i32> {
     let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
@@ -91,6 +102,7 @@ pub async fn supervise_with(
             return Err(e);
         }
     };
+    let started = Instant::now();
     // The child named its group to the watchdog itself, before exec (see `spawn`).
     let pgid = child.id().unwrap_or(0);
     let terminal = sys::Foreground::give(pgid);
@@ -116,6 +128,9 @@ pub async fn supervise_with(
     let mut kill_sent = false;
     let mut lost: Option<String> = None;
     let mut renewer_done = false;
+    // `--max-runtime`: when to send SIGTERM, then (once sent) when to send SIGKILL.
+    let stop_at = limits.max_runtime.map(|d| started + d);
+    let mut overrun_kill_at: Option<Instant> = None;
     let status = loop {
         let health = rx.borrow().clone();
         if health.deadline != pushed {
@@ -165,6 +180,19 @@ pub async fn supervise_with(
                 lost.get_or_insert(why);
                 term_sent = true;
             }
+            _ = sleep_until(stop_at.unwrap_or(started)), if stop_at.is_some() && overrun_kill_at.is_none() => {
+                out.debug(&format!(
+                    "the command reached --max-runtime {}; sending SIGTERM",
+                    humantime::format_duration(limits.max_runtime.unwrap_or_default())
+                ));
+                let _ = sys::kill_group(pgid, libc::SIGTERM);
+                overrun_kill_at = Some(Instant::now() + grace);
+            }
+            _ = sleep_until(overrun_kill_at.unwrap_or(started)), if overrun_kill_at.is_some() && !kill_sent => {
+                out.debug("the command did not stop within --kill-grace; sending SIGKILL");
+                let _ = sys::kill_group(pgid, libc::SIGKILL);
+                kill_sent = true;
+            }
             _ = sleep_until(kill_at), if term_sent && !kill_sent => {
                 out.error("the command did not stop in time; sending SIGKILL before the lease runs out");
                 let _ = sys::kill_group(pgid, libc::SIGKILL);
@@ -186,9 +214,33 @@ pub async fn supervise_with(
         lost_event(&why);
         lost = Some(why);
     }
-    if lost.is_some() {
+    let overran = overrun_kill_at.is_some();
+    if lost.is_some() || overran {
         // Whatever the child left running in its group must not outlive the lease either.
         let _ = sys::kill_group(pgid, libc::SIGKILL);
+    }
+    if lost.is_none()
+        && let Some(hold) = limits.hold_min
+        && let Some(left) = (started + hold).checked_duration_since(Instant::now())
+        && !left.is_zero()
+    {
+        // Leave the lease to run out on the store at start + hold-min, not released: no
+        // other host (whatever its clock says) runs the job again within that window.
+        hold_until(engine, out, &lease, left, hold).await;
+        let ended = exit_status(status, overran, limits);
+        events.emit(
+            "released",
+            &lease.req.names,
+            events::with(
+                events::fences(&fences),
+                json!({
+                    "exit_code": ended_code(&ended),
+                    // Not released: left to run out on the store at the end of --hold-min.
+                    "expires_in_ms": left.as_millis() as u64,
+                }),
+            ),
+        );
+        return ended;
     }
     let tally = engine.release(&lease.req.names, &lease.req.token).await;
     if !tally.errors.is_empty() && lost.is_none() {
@@ -215,25 +267,73 @@ pub async fn supervise_with(
     if let Some(why) = lost {
         return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
     }
-    let status = status.map_err(|e| Error::failure(format!("cannot wait for the command: {e}")))?;
-    let code = match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    };
+    let ended = exit_status(status, overran, limits);
     events.emit(
         "released",
         &lease.req.names,
         events::with(
             events::fences(&fences),
             json!({
-                "exit_code": code,
+                "exit_code": ended_code(&ended),
                 // false: no majority confirmed the release; the lease runs out by its ttl.
                 "confirmed": tally.yes >= engine.majority(),
             }),
         ),
     );
-    Ok(code)
+    ended
+}
+
+/// The code dlock ends with once the command has ended and the lease is settled.
+fn exit_status(
+    status: std::io::Result<std::process::ExitStatus>,
+    overran: bool,
+    limits: Limits,
+) -> Result<i32> {
+    let status = status.map_err(|e| Error::failure(format!("cannot wait for the command: {e}")))?;
+    if overran {
+        return Err(Error::new(
+            ExitCode::TimedOut,
+            format!(
+                "the command ran longer than --max-runtime {} and was stopped",
+                humantime::format_duration(limits.max_runtime.unwrap_or_default())
+            ),
+        ));
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    })
+}
+
+/// The code a run ends with, for the `released` event.
+fn ended_code(ended: &Result<i32>) -> i32 {
+    match ended {
+        Ok(code) => *code,
+        Err(e) => i32::from(e.code),
+    }
+}
+
+/// Set the lease to run out `left` from now (the end of the `--hold-min` window) and leave it.
+async fn hold_until(engine: &Engine, out: &Output, lease: &Lease, left: Duration, hold: Duration) {
+    let req = &lease.req;
+    let tally = engine.extend(&req.names, &req.token, left).await;
+    match engine.verdict(tally) {
+        Ok(_) => {
+            out.debug(&format!(
+                "keeping {} for the rest of --hold-min {} ({} more); the lease runs out on the store",
+                req.names.join(", "),
+                humantime::format_duration(hold),
+                humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+            ));
+        }
+        // The command ran under the lock; only the window after it is not assured.
+        Err(e) => out.warn(&format!(
+            "could not keep {} for the rest of --hold-min {}: {e}",
+            req.names.join(", "),
+            humantime::format_duration(hold)
+        )),
+    }
 }
 
 fn spawn(
@@ -266,7 +366,8 @@ fn spawn(
         });
     }
     cmd.spawn().map_err(|e| {
-        let shown = command[0].to_string_lossy();
+        // The user's word, escaped: it must not reach the terminal raw.
+        let shown = format!("{:?}", command[0].to_string_lossy());
         // The shell's conventions: 127 not found, 126 found but not runnable.
         match e.kind() {
             std::io::ErrorKind::NotFound => {

@@ -288,6 +288,74 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
         (vec![s("--color"), s("sometimes"), s("list")], 64),
         (vec![s("frobnicate")], 64),
         (vec![s("lock"), s("held"), s("--frob")], 64),
+        // A flag-like word before run's command is a usage error, never the command.
+        (
+            vec![
+                s("run"),
+                s("held"),
+                s("--max-runtme"),
+                s("1s"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
+        (vec![s("run"), s("held"), s("-Z"), s("true")], 64),
+        // run's cron helpers.
+        (
+            vec![
+                s("run"),
+                s("held"),
+                s("--hold-min"),
+                s("0"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("run"),
+                s("held"),
+                s("--max-runtime"),
+                s("0s"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("run"),
+                s("held"),
+                s("--jitter"),
+                s("soon"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
+        (vec![s("doctor"), s("--ttl"), s("1e3")], 64),
+        // A bare number is seconds, as flock -w takes it.
+        (vec![s("lock"), s("held"), s("-w"), s("0.5")], 75),
+        (vec![s("lock"), s("held"), s("-w"), s("0")], 75),
+        (vec![s("lock"), s("held"), s("--ttl"), s("5"), s("-n")], 75),
+        // User words with control characters, escaped in the one line.
+        (vec![s("lock"), s("bell\u{7}cr\r")], 64),
+        (
+            vec![s("unlock"), s("held"), s("--token"), s("abc\ndef")],
+            64,
+        ),
+        (vec![s("run"), s("free"), s("--"), s("\u{1b}[2J")], 127),
+        (
+            vec![
+                s("--store"),
+                s("redis://127.0.0.1:1,redis://127.0.0.1:2"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
         (vec![s("completions"), s("tcsh")], 64),
     ];
     assert!(cases.len() >= 40);
@@ -301,6 +369,10 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             "{shown:?}: expected exit {expected}, stderr: {err}"
         );
         assert_eq!(err.lines().count(), 1, "{shown:?} said:\n{err}");
+        assert!(
+            !err.chars().any(char::is_control),
+            "{shown:?}: a raw control character reached stderr: {err:?}"
+        );
         assert!(!err.contains("panicked"), "{shown:?}: {err}");
         assert!(
             !err.contains("hunter2") && !err.contains("wrong"),
@@ -313,4 +385,142 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             "{shown:?} changed a lease"
         );
     }
+}
+
+/// What the one line says, for the inputs whose message matters most.
+#[test]
+fn messages_name_the_problem_and_escape_what_the_user_typed() {
+    let env = Env::file();
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec!["run", "x", "--max-runtme", "1s", "--", "true"],
+            64,
+            "'--max-runtme'",
+        ),
+        (vec!["lock", "a\rb\u{7}c"], 64, r#""a\rb\u{7}c""#),
+        (vec!["lock", "esc\u{1b}[31m"], 64, r"\u{1b}"),
+        (
+            vec!["unlock", "x", "--token", "abc\ndef"],
+            64,
+            r#""abc\ndef""#,
+        ),
+        (
+            vec!["run", "x", "--", "\u{1b}[2J"],
+            127,
+            r#""\u{1b}[2J": command not found"#,
+        ),
+        (
+            vec!["--store", "redis://h:1,redis://h:2", "lock", "x"],
+            64,
+            "give each store its own --store, or list them comma-separated in DLOCK_STORE",
+        ),
+        (
+            vec!["--store", "redis://u:hunter2@h:1,etcd://h:2", "lock", "x"],
+            64,
+            "its own --store",
+        ),
+        (
+            vec!["--store", "a,b", "lock", "x"],
+            64,
+            "several stores are given by repeating --store",
+        ),
+        (
+            vec!["--store", "redis://h:1,", "lock", "x"],
+            64,
+            "an empty host in the list (a stray comma?)",
+        ),
+    ];
+    for (args, expected, want) in cases {
+        let o = env.run(&args);
+        let err = stderr(&o);
+        assert_code(&o, expected);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+#[test]
+fn bare_numbers_are_seconds_in_flags_and_the_environment() {
+    let env = Env::file();
+    let mut c = env.cmd();
+    c.env("DLOCK_TTL", "2").args(["--json", "lock", "job"]);
+    let o = output_within(c, std::time::Duration::from_secs(60));
+    assert_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["ttl_ms"], 2000);
+    let started = std::time::Instant::now();
+    assert_code(&env.run(&["lock", "job", "-w", "0.5"]), 75);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+}
+
+/// A store that accepts connections and never answers: the message must not claim a shorter
+/// time than dlock actually spent.
+#[test]
+fn the_time_a_timeout_message_names_is_true() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let _accepting = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for s in listener.incoming() {
+            kept.push(s);
+        }
+    });
+    for url in [
+        format!("etcd://127.0.0.1:{port}"),
+        format!("zk://127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}"),
+    ] {
+        let env = Env::with_stores(vec![url.clone()]);
+        let started = std::time::Instant::now();
+        let o = env.run(&["lock", "job", "-w", "1s"]);
+        let took = started.elapsed().as_secs_f64();
+        assert_code(&o, 69);
+        let err = stderr(&o);
+        let said: f64 = err
+            .rsplit_once("gave up after ")
+            .and_then(|(_, t)| t.strip_suffix('s'))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{url}: no total time in: {err}"));
+        assert!(
+            said <= took + 0.05,
+            "{url}: said {said}s, took {took}s: {err}"
+        );
+        assert!(said + 0.1 >= 1.0, "{url}: {err}");
+    }
+}
+
+/// A holder's command line, as another process stored it, reaches `inspect` and `list`
+/// escaped: it cannot clear the reader's screen.
+#[test]
+fn another_holders_metadata_is_shown_escaped() {
+    let env = Env::file();
+    // --hold-min leaves the lease held by the finished run, so no process needs to linger.
+    let o = env.run(&[
+        "run",
+        "job",
+        "--hold-min",
+        "1m",
+        "--",
+        "sh",
+        "-c",
+        "true",
+        "\u{1b}[2J\rgotcha",
+    ]);
+    assert_code(&o, 0);
+    let shown = stdout(&env.run(&["inspect", "job"]));
+    assert!(shown.contains(r"\u{1b}[2J\rgotcha"), "{shown:?}");
+    assert!(
+        !shown.chars().any(|c| c.is_control() && c != '\n'),
+        "{shown:?}"
+    );
+}
+
+/// Without `--`, the first word that is not a flag starts the command, and everything after
+/// it is the command's own, flags included.
+#[test]
+fn run_without_a_double_dash_still_runs_the_command() {
+    let env = Env::file();
+    let o = env.run(&["run", "job", "-w", "5", "echo", "hi", "-n", "--frob"]);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "hi -n --frob");
 }

@@ -50,6 +50,7 @@ fn every_command_has_a_man_page() {
         "inspect",
         "list",
         "wait",
+        "doctor",
         "completions",
     ] {
         assert!(pages.contains(&format!("dlock-{cmd}.1")), "{pages:?}");

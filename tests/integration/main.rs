@@ -8,6 +8,8 @@ mod common;
 mod bad_input;
 mod cli;
 mod conformance;
+mod cron;
+mod doctor;
 mod engine_fences;
 mod exclusion;
 mod generated;

@@ -16,6 +16,7 @@
 //! This file holds the store itself, its reads, and the state it keeps per token.
 
 mod conn;
+mod doctor;
 mod grant;
 mod handover;
 mod layout;
@@ -35,7 +36,8 @@ use tokio::time::Instant;
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Holder, Listener, LockState, Store, StoreError, StoreResult, Waiter,
+    Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Store, StoreError,
+    StoreResult, Waiter,
 };
 use conn::Endpoints;
 use layout::Layout;
@@ -274,6 +276,10 @@ fn snapshot(resp: &TxnResponse, names: &[String]) -> StoreResult<Snapshot> {
 
 #[async_trait]
 impl Store for EtcdStore {
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
+    }
+
     fn describe(&self) -> &str {
         &self.inner.desc
     }

@@ -49,7 +49,7 @@ fn no_script(e: &redis::RedisError) -> bool {
 }
 
 impl Conn {
-    async fn query<T: redis::FromRedisValue>(&self, c: &Cmd) -> RedisResult<T> {
+    pub(super) async fn query<T: redis::FromRedisValue>(&self, c: &Cmd) -> RedisResult<T> {
         match self.clone() {
             Conn::Single(mut s) => c.query_async(&mut s).await,
             Conn::Cluster(mut s) => c.query_async(&mut s).await,

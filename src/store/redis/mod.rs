@@ -16,6 +16,7 @@
 
 mod conn;
 mod connect;
+mod doctor;
 
 use std::time::Duration;
 
@@ -28,8 +29,8 @@ use connect::{certificates, client, connection_info};
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, MAX_POLL, Mode, Previous, Store,
-    StoreError, StoreResult, Waiter,
+    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, MAX_POLL, Mode,
+    Previous, Store, StoreError, StoreResult, Waiter,
 };
 
 macro_rules! script {
@@ -516,6 +517,10 @@ impl Store for RedisStore {
             ],
             _ => Vec::new(),
         }
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
     }
 }
 

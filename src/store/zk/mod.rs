@@ -20,6 +20,7 @@
 
 mod acquire;
 mod conn;
+mod doctor;
 mod inspect;
 mod layout;
 mod lease;
@@ -35,7 +36,10 @@ use zookeeper_client::{
 };
 
 use super::url::ServerUrl;
-use super::{Acquire, Attempt, ErrorKind, Listener, LockState, Store, StoreError, StoreResult};
+use super::{
+    Acquire, Attempt, ErrorKind, Health, HealthQuery, Listener, LockState, Store, StoreError,
+    StoreResult,
+};
 use conn::{Conn, classify};
 use layout::{Child, Paths, Record};
 
@@ -420,6 +424,10 @@ impl Inner {
 impl Store for ZkStore {
     fn describe(&self) -> &str {
         &self.inner.desc
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {

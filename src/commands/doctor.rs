@@ -1,0 +1,306 @@
+//! `dlock doctor`: for each store, what dlock's guarantees need from it: reachable (and how
+//! fast), permitted (a real grant and release on a scratch name, of both kinds: a `run`
+//! lease and a `lock` lease that outlives the process), the server's version and clock, the
+//! settings a restart's safety depends on, and whether the stores together make a majority.
+//!
+//! Exit: 0 healthy; 77 a store refused us; 69 a store is unreachable; 1 a setting voids a
+//! guarantee. (The worst wins in that order: a refusal needs a person, not a retry.)
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde::Serialize;
+use serde_json::json;
+use tokio::time::{Instant, timeout};
+
+use super::Ctx;
+use crate::cli::DoctorArgs;
+use crate::exit::{Error, ExitCode, Result};
+use crate::store::{
+    Acquire, Attempt, ErrorKind, Finding, HealthQuery, Mode, Severity, Store, StoreError,
+};
+
+/// What one store showed.
+#[derive(Serialize)]
+struct Report {
+    store: String,
+    reachable: bool,
+    refused: bool,
+    /// A read of the scratch name, start to answer.
+    rtt_ms: Option<f64>,
+    version: Option<String>,
+    clock_offset_ms: Option<i64>,
+    findings: Vec<Finding>,
+    /// A `run` lease could be taken and released (the kind every quorum member must grant).
+    #[serde(skip)]
+    takes_run_leases: bool,
+}
+
+impl Report {
+    /// Could take and release a lease: counts toward a majority.
+    fn usable(&self) -> bool {
+        self.reachable && !self.refused && self.takes_run_leases
+    }
+}
+
+pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
+    let stores = ctx.engine.stores();
+    let query = HealthQuery {
+        ttl: args.ttl,
+        in_quorum: stores.len() > 1,
+    };
+    let limit = ctx.engine.store_timeout().max(Duration::from_secs(2));
+    let scratch = scratch_name();
+    let reports: Vec<Report> = join_all(
+        stores
+            .iter()
+            .map(|s| examine(s.as_ref(), &scratch, query, limit)),
+    )
+    .await;
+    let need = ctx.engine.majority();
+    let usable = reports.iter().filter(|r| r.usable()).count();
+    let mut host = Vec::new();
+    if let Err(e) = crate::app::trust_clock() {
+        host.push(Finding::new("host clock", Severity::Void, e.message));
+    }
+
+    let refused = reports.iter().filter(|r| r.refused).count();
+    let unreachable = reports.iter().filter(|r| !r.reachable).count();
+    let void = reports
+        .iter()
+        .flat_map(|r| &r.findings)
+        .chain(&host)
+        .filter(|f| f.severity == Severity::Void)
+        .count();
+    let (code, verdict) = if refused > 0 {
+        (
+            ExitCode::Refused,
+            format!("{refused} store(s) refused dlock"),
+        )
+    } else if unreachable > 0 {
+        (
+            ExitCode::Unavailable,
+            format!("{unreachable} store(s) unreachable"),
+        )
+    } else if void > 0 {
+        (
+            ExitCode::Failure,
+            format!("{void} finding(s) void a guarantee"),
+        )
+    } else {
+        (ExitCode::Success, "healthy".to_string())
+    };
+    let majority = if usable >= need {
+        format!(
+            "{usable} of {} store(s) usable, {need} needed: locks can be taken",
+            reports.len()
+        )
+    } else {
+        format!(
+            "{usable} of {} store(s) usable, {need} needed: no lock can be taken",
+            reports.len()
+        )
+    };
+
+    if ctx.out.json {
+        ctx.out.json_value(&json!({
+            "healthy": code == ExitCode::Success,
+            "verdict": verdict,
+            "stores": reports,
+            "host": host,
+            "quorum": { "stores": reports.len(), "need": need, "usable": usable },
+        }));
+    } else {
+        for r in &reports {
+            ctx.out.line(&r.store);
+            for f in &r.findings {
+                ctx.out.line(&format!(
+                    "  {:<5} {:<12} {}",
+                    f.severity.as_str(),
+                    f.check,
+                    f.text
+                ));
+            }
+        }
+        for f in &host {
+            ctx.out.line(&format!(
+                "{:<7} {:<12} {}",
+                f.severity.as_str(),
+                f.check,
+                f.text
+            ));
+        }
+        ctx.out.line(&format!("quorum: {majority}"));
+        ctx.out.line(&format!("verdict: {verdict}"));
+    }
+    if code == ExitCode::Success {
+        Ok(0)
+    } else {
+        Err(Error::new(code, format!("doctor: {verdict}")))
+    }
+}
+
+/// Everything doctor learns of one store; each request bounded by `limit`.
+async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Duration) -> Report {
+    let mut r = Report {
+        store: store.describe().to_string(),
+        reachable: false,
+        refused: false,
+        rtt_ms: None,
+        version: None,
+        clock_offset_ms: None,
+        findings: Vec::new(),
+        takes_run_leases: false,
+    };
+    // The first request is a `run` lease: a store whose session follows the first lease's
+    // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
+    // connection that is already up.
+    let run_lease = grant_and_release(store, scratch, query.ttl, false, limit).await;
+    r.takes_run_leases = run_lease.is_ok();
+    if let Err(e) = &run_lease
+        && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Refused)
+    {
+        r.refused = e.kind() == ErrorKind::Refused;
+        r.reachable = r.refused;
+        let what = if r.refused { "refused" } else { "reachable" };
+        r.findings
+            .push(Finding::new(what, Severity::Void, plain(e, &r.store)));
+        return r;
+    }
+    let t0 = Instant::now();
+    match bounded(limit, store.inspect(scratch)).await {
+        Ok(_) => {
+            let rtt = t0.elapsed();
+            r.reachable = true;
+            r.rtt_ms = Some(rtt.as_secs_f64() * 1000.0);
+            r.findings.push(Finding::new(
+                "reachable",
+                Severity::Ok,
+                format!("answered a read in {:.1}ms", rtt.as_secs_f64() * 1000.0),
+            ));
+        }
+        Err(e) => {
+            r.refused = e.kind() == ErrorKind::Refused;
+            r.reachable = r.refused;
+            let what = if r.refused { "refused" } else { "reachable" };
+            r.findings
+                .push(Finding::new(what, Severity::Void, plain(&e, &r.store)));
+            return r;
+        }
+    }
+    match bounded(limit, store.health(query)).await {
+        Ok(h) => {
+            if let Some(v) = &h.version {
+                r.findings
+                    .push(Finding::new("version", Severity::Ok, v.clone()));
+            }
+            r.version = h.version;
+            r.clock_offset_ms = h.clock_offset_ms;
+            r.findings.extend(h.findings);
+        }
+        Err(e) => {
+            r.refused |= e.kind() == ErrorKind::Refused;
+            r.findings
+                .push(Finding::new("setup", Severity::Warn, plain(&e, &r.store)));
+        }
+    }
+    // A real grant and release of each kind, on a name no one else uses.
+    let lock_lease = grant_and_release(store, scratch, query.ttl, true, limit).await;
+    for (kind, outcome) in [("a `run` lease", run_lease), ("a `lock` lease", lock_lease)] {
+        let finding = match outcome {
+            Ok(Some(true)) => Finding::new(
+                "permissions",
+                Severity::Ok,
+                format!("took and released {kind} on {scratch}"),
+            ),
+            Ok(Some(false)) => Finding::new(
+                "permissions",
+                Severity::Warn,
+                format!("took {kind} on {scratch}, but its release found it gone"),
+            ),
+            Ok(None) => Finding::new(
+                "permissions",
+                Severity::Note,
+                format!("{scratch} was busy (another dlock doctor on this host?); try again"),
+            ),
+            Err(e) => {
+                r.refused |= e.kind() == ErrorKind::Refused;
+                let severity = if e.kind() == ErrorKind::Unavailable {
+                    Severity::Void
+                } else {
+                    Severity::Warn
+                };
+                r.reachable &= e.kind() != ErrorKind::Unavailable;
+                Finding::new(
+                    "permissions",
+                    severity,
+                    format!("{kind}: {}", plain(&e, &r.store)),
+                )
+            }
+        };
+        r.findings.push(finding);
+    }
+    r
+}
+
+/// The name doctor takes its leases on: one per host, since each name keeps a small record
+/// (its fence) on the store after its last lease ends, and doctor should not leave a new one
+/// behind on every run.
+fn scratch_name() -> String {
+    let host: String = crate::sys::hostname()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .take(64)
+        .collect();
+    let host = host.trim_start_matches(['.', '-']);
+    if host.is_empty() {
+        "dlock-doctor".to_string()
+    } else {
+        format!("dlock-doctor@{host}")
+    }
+}
+
+/// Take a lease on `scratch` and give it back. `Ok(None)`: busy; `Ok(Some(released))`.
+async fn grant_and_release(
+    store: &dyn Store,
+    scratch: &str,
+    ttl: Duration,
+    detached: bool,
+    limit: Duration,
+) -> crate::store::StoreResult<Option<bool>> {
+    let req = Acquire {
+        names: vec![scratch.to_string()],
+        token: crate::names::new_token(),
+        mode: Mode::Exclusive,
+        ttl,
+        meta: crate::meta::holder(&["dlock doctor".into()]),
+        detached,
+    };
+    let granted = bounded(limit, store.try_acquire(&req, false)).await;
+    // Released whatever the answer: a grant whose answer was lost must not stay behind.
+    let released = bounded(limit, store.release(&req.names, &req.token)).await;
+    match granted? {
+        Attempt::Granted(_) => released.map(Some),
+        Attempt::Busy { .. } => Ok(None),
+    }
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    f: impl Future<Output = crate::store::StoreResult<T>>,
+) -> crate::store::StoreResult<T> {
+    timeout(limit, f).await.unwrap_or_else(|_| {
+        Err(StoreError::unavailable(format!(
+            "no answer within {}",
+            humantime::format_duration(limit)
+        )))
+    })
+}
+
+/// An error's text without the store's name in front (the report is already under it).
+fn plain(e: &StoreError, store: &str) -> String {
+    let m = e.message();
+    m.strip_prefix(&format!("{store}: "))
+        .unwrap_or(m)
+        .to_string()
+}

@@ -1,0 +1,53 @@
+//! What `dlock doctor` says of the file store: what its locks cover (this host only) and
+//! whether its fence counters survive a reboot (not on tmpfs, where the default lives).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+
+use super::FileStore;
+use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult};
+
+/// `statfs`' f_type of a tmpfs (linux/magic.h).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+impl FileStore {
+    pub(super) fn doctor(&self, _q: HealthQuery) -> StoreResult<Health> {
+        let mut h = Health::default();
+        h.findings.push(Finding::new(
+            "scope",
+            Severity::Note,
+            "a file store's locks exclude the processes of this host only",
+        ));
+        let on_tmpfs = tmpfs(&self.0.dir);
+        h.findings.push(match on_tmpfs {
+            Some(true) => Finding::new(
+                "persistence",
+                Severity::Note,
+                "on tmpfs: holders and fence counters are gone after a reboot (no holder \
+                 survives one either); use file:///var/lib/dlock for fences that rise across \
+                 reboots",
+            ),
+            Some(false) => Finding::new(
+                "persistence",
+                Severity::Ok,
+                "on a persistent file system: fence counters survive a reboot",
+            ),
+            None => Finding::new(
+                "persistence",
+                Severity::Note,
+                "cannot tell which file system the store is on",
+            ),
+        });
+        Ok(h)
+    }
+}
+
+fn tmpfs(dir: &std::path::Path) -> Option<bool> {
+    let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs fills the zeroed struct it is given; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_type as i64 == TMPFS_MAGIC)
+}

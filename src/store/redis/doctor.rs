@@ -1,0 +1,116 @@
+//! What `dlock doctor` asks a Redis server: its version, its clock (`TIME`, the clock every
+//! lease is timed by) and the persistence settings a restart's safety depends on.
+
+use redis::{Value, cmd};
+
+use super::{RedisStore, classify};
+use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_finding, wall_ms};
+
+impl RedisStore {
+    pub(super) async fn doctor(&self, q: HealthQuery) -> StoreResult<Health> {
+        let mut h = Health::default();
+        // A cluster answers INFO from every node, as a map by node: any one tells the version.
+        let info: Value = self
+            .conn
+            .query(cmd("INFO").arg("server"))
+            .await
+            .map_err(classify)?;
+        h.version = first_text(info)
+            .as_deref()
+            .and_then(|i| field(i, "redis_version"))
+            .map(|v| format!("Redis {v}"));
+        let before = wall_ms();
+        let (secs, micros): (i64, i64) = self.conn.query(&cmd("TIME")).await.map_err(classify)?;
+        let after = wall_ms();
+        clock_finding(&mut h, secs * 1000 + micros / 1000, before, after);
+        h.findings.push(self.persistence(q).await);
+        Ok(h)
+    }
+
+    /// A server that restarts empty forgets its holders and its fence counters: in a quorum
+    /// that lets a restarted member grant a lock a majority still holds (with one more
+    /// failure); alone, the holder learns of it only at its next renewal.
+    async fn persistence(&self, q: HealthQuery) -> Finding {
+        let appendonly = match self.conn.appendonly().await {
+            Ok(v) => v,
+            Err(e) => {
+                return Finding::new(
+                    "persistence",
+                    Severity::Warn,
+                    format!("cannot read the persistence settings (CONFIG GET): {e}"),
+                );
+            }
+        };
+        if appendonly.iter().any(|a| a == "no") {
+            let (severity, text) = if q.in_quorum {
+                (
+                    Severity::Void,
+                    "appendonly no in a quorum: after a restart this server has forgotten its \
+                     holders and fence counters, so mutual exclusion and rising fences hold only \
+                     if it stays out for longer than the longest ttl; set appendonly yes with \
+                     appendfsync always",
+                )
+            } else {
+                (
+                    Severity::Warn,
+                    "appendonly no: a restart forgets the holders (each learns it at its next \
+                     renewal) and the fence counters (fences start again from 1); set \
+                     appendonly yes with appendfsync always",
+                )
+            };
+            return Finding::new("persistence", severity, text);
+        }
+        let fsync: Vec<String> = self
+            .conn
+            .query(cmd("CONFIG").arg("GET").arg("appendfsync"))
+            .await
+            .unwrap_or_default();
+        match fsync.get(1).map(String::as_str) {
+            Some("always") => Finding::new(
+                "persistence",
+                Severity::Ok,
+                "appendonly yes, appendfsync always: holders and fences survive a restart",
+            ),
+            Some(other) => Finding::new(
+                "persistence",
+                Severity::Note,
+                format!(
+                    "appendonly yes, appendfsync {other}: a crash of the host may lose the last \
+                     second of grants and fence raises; appendfsync always closes that"
+                ),
+            ),
+            None => Finding::new(
+                "persistence",
+                Severity::Note,
+                "appendonly yes (appendfsync could not be read)",
+            ),
+        }
+    }
+}
+
+/// The text of a reply, or of the first node's reply in a cluster's map of them.
+fn first_text(v: Value) -> Option<String> {
+    match v {
+        Value::Map(entries) => entries.into_iter().find_map(|(_, v)| first_text(v)),
+        v => redis::from_redis_value::<String>(v).ok(),
+    }
+}
+
+/// `key:value` from an `INFO` reply.
+fn field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field;
+
+    #[test]
+    fn info_fields() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n";
+        assert_eq!(field(info, "redis_version"), Some("7.0.15"));
+        assert_eq!(field(info, "redis_mode"), None);
+    }
+}
