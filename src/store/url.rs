@@ -444,7 +444,7 @@ mod tests {
     fn bad_urls_say_why_without_the_password() {
         for bad in [
             "localhost:6379",
-            "mysql://h",
+            "memcached://h",
             "redis://",
             "redis://h:0",
             "redis://h:99999",
@@ -456,7 +456,7 @@ mod tests {
             let e = parse_with_env(bad, &no_env).unwrap_err();
             assert!(!e.contains('\n'), "{e}");
         }
-        let e = parse_with_env("mysql://u:hunter2@h", &no_env).unwrap_err();
+        let e = parse_with_env("memcached://u:hunter2@h", &no_env).unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
     }
 
