@@ -219,6 +219,15 @@ pub async fn supervise_with(
         // Whatever the child left running in its group must not outlive the lease either.
         let _ = sys::kill_group(pgid, libc::SIGKILL);
     }
+    // The `released` event: how the run ended, and `what` became of the lease.
+    let released = |what: serde_json::Value, ended: &Result<i32>| {
+        let code = json!({ "exit_code": ended_code(ended) });
+        events.emit(
+            "released",
+            &lease.req.names,
+            events::with(events::fences(&fences), events::with(code, what)),
+        )
+    };
     if lost.is_none()
         && let Some(hold) = limits.hold_min
         && let Some(left) = (started + hold).checked_duration_since(Instant::now())
@@ -228,18 +237,8 @@ pub async fn supervise_with(
         // other host (whatever its clock says) runs the job again within that window.
         hold_until(engine, out, &lease, left, hold).await;
         let ended = exit_status(status, overran, limits);
-        events.emit(
-            "released",
-            &lease.req.names,
-            events::with(
-                events::fences(&fences),
-                json!({
-                    "exit_code": ended_code(&ended),
-                    // Not released: left to run out on the store at the end of --hold-min.
-                    "expires_in_ms": left.as_millis() as u64,
-                }),
-            ),
-        );
+        // Not released: left to run out on the store at the end of --hold-min.
+        released(json!({ "expires_in_ms": left.as_millis() as u64 }), &ended);
         return ended;
     }
     let tally = engine.release(&lease.req.names, &lease.req.token).await;
@@ -268,17 +267,10 @@ pub async fn supervise_with(
         return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
     }
     let ended = exit_status(status, overran, limits);
-    events.emit(
-        "released",
-        &lease.req.names,
-        events::with(
-            events::fences(&fences),
-            json!({
-                "exit_code": ended_code(&ended),
-                // false: no majority confirmed the release; the lease runs out by its ttl.
-                "confirmed": tally.yes >= engine.majority(),
-            }),
-        ),
+    // false: no majority confirmed the release; the lease runs out by its ttl.
+    released(
+        json!({ "confirmed": tally.yes >= engine.majority() }),
+        &ended,
     );
     ended
 }

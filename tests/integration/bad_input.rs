@@ -48,7 +48,7 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             64,
         ),
         (
-            vec![s("--store"), s("mysql://h/db"), s("lock"), s("held")],
+            vec![s("--store"), s("memcached://h/db"), s("lock"), s("held")],
             64,
         ),
         (vec![s("--store"), s("http://h"), s("lock"), s("held")], 64),

@@ -23,7 +23,7 @@ fn usage_error(env: &Env, args: &[&str]) -> String {
 fn usage_errors_say_how_to_fix_them() {
     let env = Env::file();
     assert!(usage_error(&env, &["lock", "a", "--ttl", "soon"]).contains("30s"));
-    assert!(usage_error(&env, &["--store", "mysql://h", "list"]).contains("redis://"));
+    assert!(usage_error(&env, &["--store", "memcached://h", "list"]).contains("redis://"));
     assert!(usage_error(&env, &["lock", "a", "--frob"]).contains("--help"));
 }
 

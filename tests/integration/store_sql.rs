@@ -281,3 +281,25 @@ fn a_quorum_of_postgres_mariadb_and_redis_survives_one_stopped() {
         "fence {fence} after {fences:?}"
     );
 }
+
+#[test]
+fn tls_with_a_self_signed_ca_on_mariadb() {
+    let certs = temp_dir();
+    let (ca, cert, key) = crate::common::tls_certs(certs.path());
+    let db = MariaDb::start_with(&[
+        &format!("--ssl-ca={}", ca.display()),
+        &format!("--ssl-cert={}", cert.display()),
+        &format!("--ssl-key={}", key.display()),
+    ]);
+    let url = format!("{}?sslmode=verify-full&ca_file={}", db.url(), ca.display());
+    let env = Env::with_stores(vec![url]);
+    assert_code(&env.run(&["run", "x", "--", "true"]), 0);
+    let accepts = db.sql("SHOW GLOBAL STATUS LIKE 'Ssl_accepts'");
+    let n: u64 = accepts.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(n > 0, "{accepts}");
+    // Without the CA the server cannot be verified: a usage error, one line.
+    let env = Env::with_stores(vec![format!("{}?sslmode=verify-full", db.url())]);
+    let o = env.run(&["lock", "x", "-n"]);
+    assert_code(&o, 64);
+    one_line(&o);
+}

@@ -25,7 +25,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row, SslOpts, Value};
 
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
-use super::sql::{Backend, Decide, SqlStore};
+use super::sql::{Backend, Decide, SqlStore, UrlOptions};
 use super::url::ServerUrl;
 use super::{Listener, StoreError, StoreResult};
 use bell::Bells;
@@ -52,25 +52,8 @@ impl Mysql {
         timeout: Duration,
     ) -> StoreResult<MysqlStore> {
         let mut url = url.clone();
-        let prefix = match url.take_param("table") {
-            Some(s) => schema::check_prefix(&s).map_err(StoreError::invalid)?,
-            None => "dlock".to_string(),
-        };
-        let sslmode = url
-            .take_param("sslmode")
-            .unwrap_or_else(|| "disable".into());
-        url.tls = match sslmode.as_str() {
-            "disable" => false,
-            "require" | "verify-full" => true,
-            other => {
-                return Err(StoreError::invalid(format!(
-                    "sslmode={other:?}: use disable, require or verify-full"
-                )));
-            }
-        };
-        let tls = crate::store::tls::take_files(&mut url, "sslmode=require or verify-full")?;
-        url.reject_unknown_params().map_err(StoreError::invalid)?;
-        let user = url.user.clone().unwrap_or_else(crate::sys::username);
+        let options = UrlOptions::take(&mut url, "table")?;
+        let (prefix, user) = (options.tables, options.user);
         let db = url.path.trim_start_matches('/').to_string();
         if db.is_empty() {
             return Err(StoreError::invalid(
@@ -86,12 +69,10 @@ impl Mysql {
             .db_name(Some(db.clone()))
             .prefer_socket(false)
             .stmt_cache_size(32);
-        if let Some(files) = tls {
-            let mut ssl =
-                SslOpts::default().with_danger_skip_domain_validation(sslmode == "require");
-            if let Some(ca) = files.ca {
-                ssl = ssl.with_root_certs(vec![ca.into()]);
-            }
+        if let Some((_, ca)) = options.tls {
+            let ssl = SslOpts::default()
+                .with_danger_skip_domain_validation(options.skip_host_check)
+                .with_root_certs(vec![ca.into()]);
             opts = opts.ssl_opts(Some(ssl));
         }
         let conn = tokio::time::timeout(timeout, Conn::new(opts.clone()))

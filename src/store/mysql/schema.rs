@@ -10,23 +10,6 @@ use mysql_async::Error;
 
 use crate::store::StoreError;
 
-/// A table prefix dlock may put into SQL as it is: lower-case letters, digits, `_`.
-pub fn check_prefix(name: &str) -> Result<String, String> {
-    let ok = !name.is_empty()
-        && name.len() <= 48
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(name.to_string())
-    } else {
-        Err(format!(
-            "table={name:?} is not a plain table prefix (lower-case letters, digits and _)"
-        ))
-    }
-}
-
 /// Every statement the store sends, with its tables filled in once. Statements over a list
 /// of names take the list as `IN (…)` with one placeholder per name (`in_list`).
 pub struct Sql {

@@ -24,9 +24,9 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
-use super::sql::{Backend, Decide, SqlStore};
+use super::sql::{Backend, Decide, SqlStore, UrlOptions};
 use super::url::ServerUrl;
-use super::{Listener, StoreError, StoreResult};
+use super::{Listener, StoreResult};
 use schema::{Sql, classify};
 use wake::Wakeups;
 
@@ -54,25 +54,8 @@ impl Postgres {
         timeout: Duration,
     ) -> StoreResult<PostgresStore> {
         let mut url = url.clone();
-        let schema = match url.take_param("schema") {
-            Some(s) => schema::check_schema(&s).map_err(StoreError::invalid)?,
-            None => "dlock".to_string(),
-        };
-        let sslmode = url
-            .take_param("sslmode")
-            .unwrap_or_else(|| "disable".into());
-        url.tls = match sslmode.as_str() {
-            "disable" => false,
-            "require" | "verify-full" => true,
-            other => {
-                return Err(StoreError::invalid(format!(
-                    "sslmode={other:?}: use disable, require or verify-full"
-                )));
-            }
-        };
-        let tls = crate::store::tls::take_files(&mut url, "sslmode=require or verify-full")?;
-        url.reject_unknown_params().map_err(StoreError::invalid)?;
-        let user = url.user.clone().unwrap_or_else(crate::sys::username);
+        let options = UrlOptions::take(&mut url, "schema")?;
+        let (schema, user) = (options.tables, options.user);
         let db = url.path.trim_start_matches('/');
         let host = &url.hosts[0];
         let mut config = tokio_postgres::Config::new();
@@ -87,7 +70,10 @@ impl Postgres {
             config.password(p);
         }
         let wakeups = Arc::new(Wakeups::default());
-        let tls = tls.map(|f| wake::tls_connector(&f)).transpose()?;
+        let tls = options
+            .tls
+            .map(|(f, ca)| wake::tls_connector(&f, &ca))
+            .transpose()?;
         let client = open(&config, tls.as_ref(), &wakeups).await?;
         Ok(SqlStore(Postgres {
             client: tokio::sync::Mutex::new(client),

@@ -10,23 +10,6 @@ use tokio_postgres::error::SqlState;
 
 use crate::store::StoreError;
 
-/// A schema name dlock may put into SQL unquoted-safe: lower-case letters, digits, `_`.
-pub fn check_schema(name: &str) -> Result<String, String> {
-    let ok = !name.is_empty()
-        && name.len() <= 48
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(name.to_string())
-    } else {
-        Err(format!(
-            "schema={name:?} is not a plain schema name (lower-case letters, digits and _)"
-        ))
-    }
-}
-
 /// Every statement the store sends, with its schema filled in once.
 pub struct Sql {
     pub schema: String,

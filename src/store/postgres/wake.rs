@@ -81,18 +81,14 @@ where
     });
 }
 
-/// A rustls connector that trusts the URL's `?ca_file=` (dlock always verifies the server).
+/// A rustls connector that trusts the URL's `?ca_file=`, `ca` (dlock always verifies the
+/// server, chain and host name).
 pub fn tls_connector(
     files: &crate::store::tls::Files,
+    ca: &[u8],
 ) -> StoreResult<tokio_postgres_rustls::MakeRustlsConnect> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    let ca = files.ca.as_ref().ok_or_else(|| {
-        StoreError::invalid(
-            "sslmode=require and verify-full need ?ca_file= (the CA that signed the server's \
-             certificate): dlock always verifies the server",
-        )
-    })?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca) {
         let cert = cert.map_err(|e| StoreError::invalid(format!("ca_file: {e}")))?;

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Acquire, Attempt, Listener, LockState, Store, StoreResult};
+use super::tls::Files;
+use super::url::ServerUrl;
+use super::{Acquire, Attempt, Listener, LockState, Store, StoreError, StoreResult};
 use rules::{GrantRequest, Outcome, Rows, Write};
 
 /// How long a waiter row lives unless its waiter comes back (a waiter looks again at least
@@ -46,6 +48,77 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Names under the prefix that have a holder row (live or not).
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>>;
+}
+
+/// What a SQL store's URL says beyond its server: where its tables go (`?schema=` or
+/// `?table=`, named by `tables`, default `dlock`), TLS (`?sslmode=` with `?ca_file=`), and the
+/// user (default: the login name). Unknown parameters are refused.
+pub struct UrlOptions {
+    pub tables: String,
+    /// `Some` with `sslmode=require` or `verify-full`; the CA is required (always verified).
+    pub tls: Option<(Files, Vec<u8>)>,
+    /// `sslmode=require`: the certificate's chain is checked, not its host name.
+    pub skip_host_check: bool,
+    pub user: String,
+}
+
+impl UrlOptions {
+    pub fn take(url: &mut ServerUrl, tables: &str) -> StoreResult<UrlOptions> {
+        let name = match url.take_param(tables) {
+            Some(s) => plain_name(tables, &s).map_err(StoreError::invalid)?,
+            None => "dlock".to_string(),
+        };
+        let sslmode = url
+            .take_param("sslmode")
+            .unwrap_or_else(|| "disable".into());
+        url.tls = match sslmode.as_str() {
+            "disable" => false,
+            "require" | "verify-full" => true,
+            other => {
+                return Err(StoreError::invalid(format!(
+                    "sslmode={other:?}: use disable, require or verify-full"
+                )));
+            }
+        };
+        let files = super::tls::take_files(url, "sslmode=require or verify-full")?;
+        url.reject_unknown_params().map_err(StoreError::invalid)?;
+        let tls = match files {
+            None => None,
+            Some(f) => {
+                let ca = f.ca.clone().ok_or_else(|| {
+                    StoreError::invalid(
+                        "sslmode=require and verify-full need ?ca_file= (the CA that signed the \
+                         server's certificate): dlock always verifies the server",
+                    )
+                })?;
+                Some((f, ca))
+            }
+        };
+        Ok(UrlOptions {
+            tables: name,
+            tls,
+            skip_host_check: sslmode == "require",
+            user: url.user.clone().unwrap_or_else(crate::sys::username),
+        })
+    }
+}
+
+/// A schema or table-prefix name dlock may put into SQL as it is: lower-case letters, digits
+/// and `_`, at most 48 bytes.
+fn plain_name(what: &str, name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{what}={name:?} is not a plain name (lower-case letters, digits and _)"
+        ))
+    }
 }
 
 /// A `Store` over any SQL backend.
