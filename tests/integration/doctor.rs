@@ -237,3 +237,21 @@ fn a_redis_cluster_reports_its_version_and_every_masters_persistence() {
     assert!(line(&out, "persistence").contains("appendonly no"), "{out}");
     assert!(out.contains("took and released a `run` lease"), "{out}");
 }
+
+#[test]
+fn sql_stores_report_version_clock_and_durability() {
+    let pg = crate::common::postgres::PgServer::start_with(&["fsync=on"]);
+    let my = crate::common::mysql::MariaDb::start_with(&["--innodb-flush-log-at-trx-commit=1"]);
+    let o = doctor(vec![pg.url(), my.url()], &[]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("PostgreSQL 15"), "{out}");
+    assert!(out.contains("MariaDB"), "{out}");
+    assert_eq!(out.matches("every commit is flushed").count(), 2, "{out}");
+    // The test fixture's own server runs with fsync off: in a quorum that voids the fences.
+    let lossy = crate::common::postgres::PgServer::start();
+    let o = doctor(vec![lossy.url(), my.url(), pg.url()], &[]);
+    assert_code(&o, 1);
+    let out = stdout(&o);
+    assert!(out.contains("VOID  persistence  fsync is off"), "{out}");
+}

@@ -15,6 +15,7 @@
 //! `MAX_POLL`.
 
 mod bell;
+mod doctor;
 mod schema;
 
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use mysql_async::{Conn, OptsBuilder, Row, SslOpts, Value};
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions};
 use super::url::ServerUrl;
-use super::{Listener, StoreError, StoreResult};
+use super::{Health, HealthQuery, Listener, StoreError, StoreResult};
 use bell::Bells;
 use schema::{Sql, classify};
 
@@ -313,6 +314,10 @@ impl Backend for Mysql {
 
     fn bell(&self, token: &str) -> i64 {
         self.bells.id(token)
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
     }
 
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {

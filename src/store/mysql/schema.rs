@@ -21,8 +21,13 @@ pub struct Sql {
 }
 
 /// The server's clock in ms since the epoch, independent of the session's time zone.
-pub const CLOCK: &str =
-    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000";
+macro_rules! clock_expr {
+    () => {
+        "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000"
+    };
+}
+pub const CLOCK_EXPR: &str = clock_expr!();
+pub const CLOCK: &str = concat!("SELECT ", clock_expr!());
 
 impl Sql {
     pub fn new(prefix: &str) -> Sql {

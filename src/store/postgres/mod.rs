@@ -12,6 +12,7 @@
 //! LISTEN does not reach the waiter, locking stays correct and a waiter falls back to
 //! looking again every `MAX_POLL`.
 
+mod doctor;
 mod schema;
 mod wake;
 
@@ -26,7 +27,7 @@ use tokio_postgres::{Client, Row};
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions};
 use super::url::ServerUrl;
-use super::{Listener, StoreResult};
+use super::{Health, HealthQuery, Listener, StoreResult};
 use schema::{Sql, classify};
 use wake::Wakeups;
 
@@ -330,6 +331,10 @@ impl Backend for Postgres {
         let listener = self.wakeups.register(&channel);
         listen_on(&*self.client.lock().await, &channel).await?;
         Ok(Box::new(listener))
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query).await
     }
 
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {

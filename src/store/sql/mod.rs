@@ -16,7 +16,10 @@ use async_trait::async_trait;
 
 use super::tls::Files;
 use super::url::ServerUrl;
-use super::{Acquire, Attempt, Listener, LockState, Store, StoreError, StoreResult};
+use super::{
+    Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Severity, Store,
+    StoreError, StoreResult,
+};
 use rules::{GrantRequest, Outcome, Rows, Write};
 
 /// How long a waiter row lives unless its waiter comes back (a waiter looks again at least
@@ -48,6 +51,41 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Names under the prefix that have a holder row (live or not).
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>>;
+
+    /// What `dlock doctor` reports of the server (version, clock, durability).
+    async fn health(&self, _query: HealthQuery) -> StoreResult<Health> {
+        Ok(Health::default())
+    }
+}
+
+/// `doctor`'s durability finding for a SQL server: a commit a crash can lose is a grant or a
+/// fence bump forgotten, so fences could repeat (and, in a quorum, a restarted member grant
+/// what a majority still holds). `lossy` says which setting allows that.
+pub fn durability(q: HealthQuery, lossy: Option<&str>) -> Finding {
+    match lossy {
+        None => Finding::new(
+            "persistence",
+            Severity::Ok,
+            "every commit is flushed: grants and fences survive a crash",
+        ),
+        Some(why) => Finding::new(
+            "persistence",
+            if q.in_quorum {
+                Severity::Void
+            } else {
+                Severity::Warn
+            },
+            format!(
+                "{why}: a crash can forget the last grants and fence bumps, so fences could \
+                 repeat{}",
+                if q.in_quorum {
+                    " and this member could grant a lock the majority still holds"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    }
 }
 
 /// What a SQL store's URL says beyond its server: where its tables go (`?schema=` or
@@ -223,5 +261,9 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
         let names = self.0.held_names(prefix).await?;
         super::held_states(self, names).await
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.0.health(query).await
     }
 }

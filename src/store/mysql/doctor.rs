@@ -1,0 +1,33 @@
+//! What `dlock doctor` asks a MySQL/MariaDB server: its version, its clock, and whether a
+//! commit survives a crash (`innodb_flush_log_at_trx_commit`), on which the fences' rise
+//! depends.
+
+use mysql_async::prelude::Queryable;
+
+use super::Mysql;
+use super::schema::{CLOCK_EXPR, classify};
+use crate::store::{Health, HealthQuery, StoreResult, clock_finding, sql, wall_ms};
+
+impl Mysql {
+    pub(super) async fn doctor(&self, q: HealthQuery) -> StoreResult<Health> {
+        let mut c = self.conn.lock().await;
+        let before = wall_ms();
+        let row: Option<(String, i64, i64)> = c
+            .query_first(format!(
+                "SELECT VERSION(), {CLOCK_EXPR}, @@innodb_flush_log_at_trx_commit"
+            ))
+            .await
+            .map_err(classify)?;
+        let after = wall_ms();
+        let (version, now, flush) = row
+            .ok_or_else(|| crate::store::StoreError::protocol("no answer to the settings query"))?;
+        let mut h = Health {
+            version: Some(version),
+            ..Health::default()
+        };
+        clock_finding(&mut h, now, before, after);
+        let lossy = (flush != 1).then_some("innodb_flush_log_at_trx_commit is not 1");
+        h.findings.push(sql::durability(q, lossy));
+        Ok(h)
+    }
+}
