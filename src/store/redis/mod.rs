@@ -29,8 +29,8 @@ use connect::{certificates, client, connection_info};
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, MAX_POLL, Mode,
-    Previous, Store, StoreError, StoreResult, Waiter,
+    Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState,
+    MAX_POLL, Mode, Previous, Store, StoreError, StoreResult, Waiter,
 };
 
 macro_rules! script {
@@ -72,14 +72,18 @@ pub struct RedisStore {
     /// `?wait_replicas=N`: replicas that must confirm each grant and renewal.
     wait_replicas: Option<u32>,
     timeout: Duration,
+    /// The URL gave a password (so the server was asked to authenticate at connect).
+    has_password: bool,
 }
 
 /// Map a Redis client error to what it means for dlock (and its exit code).
+fn classify_is_refusal(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
 pub fn classify(e: RedisError) -> StoreError {
-    let code = e.code().unwrap_or("");
-    let error = if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
-    {
+    let error = if classify_is_refusal(&e) {
         StoreError::refused(format!(
             "refused: {e} (check the user and password: in the URL, ?password_file=, \
              ?password_env= or DLOCK_PASSWORD)"
@@ -159,21 +163,12 @@ impl RedisStore {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
-            let conn = subscribe_via[0]
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(classify)?;
-            // Without a password nothing has been said yet. A server that wants one answers a
-            // short first command with NOAUTH, but a long one (a grant script) with a bare
-            // protocol error and a hang-up: ask something short first, so a refusal is known
-            // by its code.
-            if url.password.is_none() {
-                let _: Value = redis::cmd("PING")
-                    .query_async(&mut conn.clone())
+            Conn::Single(
+                subscribe_via[0]
+                    .get_multiplexed_async_connection_with_config(&config)
                     .await
-                    .map_err(classify)?;
-            }
-            Conn::Single(conn)
+                    .map_err(classify)?,
+            )
         };
         Ok(RedisStore {
             subscribe_via,
@@ -183,6 +178,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             wait_replicas,
             timeout,
+            has_password: url.password.is_some(),
         })
     }
 
@@ -282,17 +278,44 @@ impl RedisStore {
         names.iter().flat_map(|n| self.keys(n)).collect()
     }
 
+    /// `classify`, and for a failure that may be a refusal in disguise, ask the server. A
+    /// server that wants a password answers a short command from a client that has not
+    /// authenticated with NOAUTH, but a long one (a grant script has more than ten arguments)
+    /// with a bare protocol error and a hang-up. So when a URL without a password gets such an
+    /// error, a PING on a new connection tells by its code whether it was a refusal. Only a
+    /// failure pays for it: asking up front would cost every process a round trip, and a
+    /// frozen quorum member its whole store timeout.
+    async fn explain(&self, e: RedisError) -> StoreError {
+        let error = classify(e);
+        if self.has_password || error.kind() == ErrorKind::Refused {
+            return error;
+        }
+        let ping = async {
+            let mut c = self.subscribe_via[0]
+                .get_multiplexed_async_connection()
+                .await?;
+            redis::cmd("PING").query_async::<Value>(&mut c).await
+        };
+        match tokio::time::timeout(self.timeout, ping).await {
+            Ok(Err(e)) if classify_is_refusal(&e) => classify(e),
+            _ => error,
+        }
+    }
+
     async fn run<T: redis::FromRedisValue>(
         &self,
         lua: &Lua,
         names: &[String],
         args: &[String],
     ) -> StoreResult<T> {
-        let (v, _) = self
+        let (v, _) = match self
             .conn
             .eval(lua, &self.keys_of(names), args, None)
             .await
-            .map_err(classify)?;
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.explain(e).await),
+        };
         redis::from_redis_value(v)
             .map_err(|e| StoreError::protocol(format!("unexpected answer: {e}")))
     }
@@ -309,11 +332,14 @@ impl RedisStore {
         // WAIT's timeout is checked on Redis's 100 ms cron, so it may run that much over: keep
         // it to a quarter of the per-store time.
         let wait = self.wait_replicas.map(|n| (n, self.timeout / 4));
-        let (v, acked) = self
+        let (v, acked) = match self
             .conn
             .eval(lua, &self.keys_of(names), args, wait)
             .await
-            .map_err(classify)?;
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.explain(e).await),
+        };
         let ok = match (self.wait_replicas, acked) {
             (Some(n), Some(got)) => got >= n as i64,
             _ => true,
