@@ -308,11 +308,7 @@ impl RedisStore {
         names: &[String],
         args: &[String],
     ) -> StoreResult<T> {
-        let (v, _) = match self
-            .conn
-            .eval(lua, &self.keys_of(names), args, None)
-            .await
-        {
+        let (v, _) = match self.conn.eval(lua, &self.keys_of(names), args, None).await {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
@@ -332,11 +328,7 @@ impl RedisStore {
         // WAIT's timeout is checked on Redis's 100 ms cron, so it may run that much over: keep
         // it to a quarter of the per-store time.
         let wait = self.wait_replicas.map(|n| (n, self.timeout / 4));
-        let (v, acked) = match self
-            .conn
-            .eval(lua, &self.keys_of(names), args, wait)
-            .await
-        {
+        let (v, acked) = match self.conn.eval(lua, &self.keys_of(names), args, wait).await {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
