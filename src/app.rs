@@ -132,7 +132,7 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
     // `doctor` reports a bent clock as a finding instead of refusing to look.
     if ttl.is_some()
         && !matches!(cli.command, Command::Doctor(_))
-        && let Err(e) = trust_clock()
+        && let Err(e) = crate::commands::trust_clock()
     {
         return Err((out, e));
     }
@@ -147,22 +147,6 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
     };
     let result = crate::commands::run(cli.command, &ctx).await;
     result.map_err(|e| (ctx.out, e))
-}
-
-/// Leases are timed on the process's monotonic clock (the runtime's timers, the client's
-/// conservative deadline, renewals). If that clock is not the kernel's, as under libfaketime,
-/// a lease could outlive its deadline unnoticed: refuse to take or extend one rather than let
-/// a bent clock admit two holders.
-pub fn trust_clock() -> Result<()> {
-    let skew = crate::sys::clock_skew();
-    if skew > Duration::from_millis(500) {
-        return Err(Error::failure(format!(
-            "this process's monotonic clock is {} away from the kernel's (a preloaded \
-             libfaketime?); dlock will not time leases on it: run dlock without it",
-            humantime::format_duration(Duration::from_millis(skew.as_millis() as u64))
-        )));
-    }
-    Ok(())
 }
 
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.

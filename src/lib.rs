@@ -19,4 +19,3 @@ pub(crate) mod output;
 pub mod store;
 pub(crate) mod supervisor;
 pub mod sys;
-pub(crate) mod waiting;

@@ -60,7 +60,7 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
     let need = ctx.engine.majority();
     let usable = reports.iter().filter(|r| r.usable()).count();
     let mut host = Vec::new();
-    if let Err(e) = crate::app::trust_clock() {
+    if let Err(e) = super::trust_clock() {
         host.push(Finding::new("host clock", Severity::Void, e.message));
     }
 

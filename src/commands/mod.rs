@@ -11,6 +11,7 @@ pub mod multilock;
 pub mod run;
 pub mod unlock;
 pub mod wait;
+mod waiting;
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
 use crate::store::{Acquire, Mode};
 use crate::supervisor::signals::{STOPPING, Signals};
-use crate::waiting::{Outcome, Waiting};
+use waiting::{Outcome, Waiting};
 
 /// What every command gets: the stores, the namespace, and where to print. It lives here, not
 /// in `app`, so that commands need nothing from the module that dispatches to them.
@@ -171,6 +172,22 @@ pub async fn acquire_with(
         ),
         other => engine_error(other),
     })
+}
+
+/// Leases are timed on the process's monotonic clock (the runtime's timers, the client's
+/// conservative deadline, renewals). If that clock is not the kernel's, as under libfaketime,
+/// a lease could outlive its deadline unnoticed: refuse to take or extend one rather than let
+/// a bent clock admit two holders.
+pub(crate) fn trust_clock() -> Result<()> {
+    let skew = crate::sys::clock_skew();
+    if skew > Duration::from_millis(500) {
+        return Err(Error::failure(format!(
+            "this process's monotonic clock is {} away from the kernel's (a preloaded \
+             libfaketime?); dlock will not time leases on it: run dlock without it",
+            humantime::format_duration(Duration::from_millis(skew.as_millis() as u64))
+        )));
+    }
+    Ok(())
 }
 
 /// The pinned exit code for an engine outcome.

@@ -4,13 +4,13 @@
 use serde_json::json;
 
 use super::Ctx;
+use super::waiting::{Outcome, Waiting};
 use super::{engine_error, millis};
 use crate::cli::WaitArgs;
 use crate::engine::{EngineError, Wait};
 use crate::events::Events;
 use crate::exit::{Error, ExitCode, Result};
 use crate::supervisor::signals::{STOPPING, Signals};
-use crate::waiting::{Outcome, Waiting};
 
 pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
     let wait = match args.wait {

@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
 
-use crate::commands::inspect::{QuorumHolder, merge};
+use super::inspect::{QuorumHolder, merge};
 use crate::engine::Engine;
 use crate::events::Events;
 use crate::meta::{self, compact, printable};
