@@ -61,13 +61,15 @@ pub fn mode(args: &ModeArgs) -> Mode {
     }
 }
 
-/// A grant request for `names` (put in canonical order: sorted, without duplicates).
-pub fn request(
+/// A grant request for `names` (put in canonical order: sorted, without duplicates), with
+/// what the holder says of itself (`--reason`, the CI job) in its metadata.
+pub fn holder_request(
     mut names: Vec<String>,
     mode: Mode,
     ttl: Duration,
     command: &[OsString],
     detached: bool,
+    holder: &HolderArgs,
 ) -> Acquire {
     names.sort();
     names.dedup();
@@ -76,23 +78,9 @@ pub fn request(
         token: crate::names::new_token(),
         mode,
         ttl,
-        meta: crate::meta::holder(command),
+        meta: crate::meta::holder_with(command, holder.reason.as_deref()),
         detached,
     }
-}
-
-/// `request`, with what the holder says of itself (`--reason`, the CI job) in its metadata.
-pub fn holder_request(
-    names: Vec<String>,
-    mode: Mode,
-    ttl: Duration,
-    command: &[OsString],
-    detached: bool,
-    holder: &HolderArgs,
-) -> Acquire {
-    let mut req = request(names, mode, ttl, command, detached);
-    req.meta = crate::meta::holder_with(command, holder.reason.as_deref());
-    req
 }
 
 /// Take the lease as `args` says, with the waiting line on stderr and the `waiting` and
