@@ -166,6 +166,27 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+impl<B: Backend> SqlStore<B> {
+    /// One transaction that decides by `rule` and returns what it answered (the default if
+    /// the rule never ran, which a committed transaction rules out).
+    async fn decide<T: Default + Send>(
+        &self,
+        names: &[String],
+        create: bool,
+        mut rule: impl FnMut(i64, &mut [Rows]) -> (T, Vec<Write>) + Send,
+    ) -> StoreResult<T> {
+        let mut answer = T::default();
+        self.0
+            .transact(names, create, &mut |now, rows| {
+                let (a, writes) = rule(now, rows);
+                answer = a;
+                writes
+            })
+            .await?;
+        Ok(answer)
+    }
+}
+
 #[async_trait]
 impl<B: Backend> Store for SqlStore<B> {
     fn describe(&self) -> &str {
@@ -182,12 +203,10 @@ impl<B: Backend> Store for SqlStore<B> {
             waiter_ttl_ms: ms(WAITER_TTL),
             bell: self.0.bell(&req.token),
         };
-        let mut outcome = None;
-        self.0
-            .transact(&req.names, true, &mut |now, rows| {
+        let outcome = self
+            .decide(&req.names, true, |now, rows| {
                 let (o, writes) = rules::grant(rows, now, &grant);
-                outcome = Some(o);
-                writes
+                (Some(o), writes)
             })
             .await?;
         Ok(match outcome.expect("the transaction decided") {
@@ -203,53 +222,31 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
-        let mut renewed = false;
-        self.0
-            .transact(names, false, &mut |now, rows| {
-                let (ok, writes) = rules::renew(rows, now, token, ms(ttl));
-                renewed = ok;
-                writes
-            })
-            .await?;
-        Ok(renewed)
+        self.decide(names, false, |now, rows| {
+            rules::renew(rows, now, token, ms(ttl))
+        })
+        .await
     }
 
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        let mut held = false;
-        self.0
-            .transact(names, false, &mut |now, rows| {
-                let (h, writes) = rules::release(rows, now, token);
-                held = h;
-                writes
-            })
-            .await?;
-        Ok(held)
+        self.decide(names, false, |now, rows| rules::release(rows, now, token))
+            .await
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        let mut any = false;
-        self.0
-            .transact(names, false, &mut |now, rows| {
-                let (a, writes) = rules::force(rows, now);
-                any = a;
-                writes
-            })
-            .await?;
-        Ok(any)
+        self.decide(names, false, |now, rows| rules::force(rows, now))
+            .await
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        self.0
-            .transact(names, true, &mut |_, rows| rules::raise(rows, fences))
+        self.decide(names, true, |_, rows| ((), rules::raise(rows, fences)))
             .await
     }
 
     async fn inspect(&self, name: &str) -> StoreResult<LockState> {
-        let mut state = None;
-        self.0
-            .transact(&[name.to_string()], false, &mut |now, rows| {
-                state = rows.first().map(|r| rules::view(r, now));
-                Vec::new()
+        let state = self
+            .decide(&[name.to_string()], false, |now, rows| {
+                (rows.first().map(|r| rules::view(r, now)), Vec::new())
             })
             .await?;
         Ok(state.unwrap_or_else(|| LockState {

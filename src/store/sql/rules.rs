@@ -414,8 +414,8 @@ mod tests {
         }
     }
 
-    fn apply(rows: &mut [Rows], writes: &[Write]) {
-        // The rules already changed `rows` in place; this checks the writes say the same.
+    /// The rules change `rows` in place; the writes they return must say the same.
+    fn assert_writes_match(rows: &[Rows], writes: &[Write]) {
         for wr in writes {
             match wr {
                 Write::PutHolder { name, row } => {
@@ -435,7 +435,7 @@ mod tests {
     fn exclusive_grant_bumps_the_fence_and_blocks_the_next() {
         let mut rs = vec![rows("a")];
         let (o, w) = grant(&mut rs, 100, &req("t1", Mode::Exclusive, false));
-        apply(&mut rs, &w);
+        assert_writes_match(&rs, &w);
         let Outcome::Granted(g) = o else { panic!() };
         assert_eq!(g[0].fence, 1);
         assert_eq!(g[0].previous, Previous::None);
