@@ -65,6 +65,16 @@ pub enum Wait {
     Forever,
 }
 
+impl Wait {
+    /// When a wait that starts now runs out, if it ever does.
+    fn give_up_at(self) -> Option<Instant> {
+        match self {
+            Wait::For(d) => Some(Instant::now() + d),
+            _ => None,
+        }
+    }
+}
+
 /// A lease held by a majority.
 #[derive(Clone, Debug)]
 pub struct Lease {
@@ -235,10 +245,7 @@ impl Engine {
         report_busy: Option<&tokio::sync::watch::Sender<u32>>,
     ) -> Result<Lease, EngineError> {
         let need = self.majority();
-        let give_up_at = match wait {
-            Wait::For(d) => Some(Instant::now() + d),
-            _ => None,
-        };
+        let give_up_at = wait.give_up_at();
         let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
         let mut unreachable_since: Option<Instant> = None;
         loop {
@@ -405,10 +412,7 @@ impl Engine {
         busy: Option<&tokio::sync::watch::Sender<u32>>,
     ) -> Result<(), EngineError> {
         let need = self.majority();
-        let give_up_at = match wait {
-            Wait::For(d) => Some(Instant::now() + d),
-            _ => None,
-        };
+        let give_up_at = wait.give_up_at();
         // Listeners are opened for a request; this one is never sent as an attempt.
         let probe = Acquire {
             names: vec![name.to_string()],
