@@ -127,7 +127,9 @@ impl Mysql {
             .await?;
         let waiters: Vec<Row> = c.exec(self.sql.waiters(names.len()), in_args).await?;
         let mut rows = load(names, &records, &holders, &waiters);
-        let writes = decide(now, &mut rows);
+        // Every commit is flushed here: MariaDB's flush setting is server-wide
+        // (innodb_flush_log_at_trx_commit), so `Decision::flush` has nothing to choose.
+        let writes = decide(now, &mut rows).writes;
         let mut bells = Vec::new();
         for w in &writes {
             let text = |s: &str| Value::from(s.as_bytes());

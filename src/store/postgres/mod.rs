@@ -1,10 +1,12 @@
 //! The PostgreSQL store: `postgres://[user[:pass]@]host[:port][/db][?sslmode=&ca_file=&schema=]`.
 //!
 //! One connection per process. Every operation is one transaction (see `crate::store::sql`)
-//! whose statements go out pipelined: BEGIN, create the records, lock them, read the server's
-//! clock, read holders and waiters; then, after the rules decided, every write and COMMIT in
-//! one more flight. So a grant costs two round trips, and it holds its row locks only for the
-//! time between them. Expiry is judged by `clock_timestamp()` read inside the transaction.
+//! whose statements go out pipelined: BEGIN, lock the records, read the server's clock, read
+//! holders and waiters; then, after the rules decided, every write and COMMIT in one more
+//! flight. So an operation costs two round trips, and it holds its row locks only for the time
+//! between them (a name's first grant creates its record first, in one more try). Expiry is
+//! judged by `clock_timestamp()` read inside the transaction. Only grants, renewals and fence
+//! raises wait for their commit to reach the disk (see `sql::Decision::flush`).
 //!
 //! Waiting is notified: a waiter LISTENs on a channel of its own token, and a release's
 //! transaction NOTIFYs the longest-waiting live waiter only (delivered on commit). Nothing
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::{BoxFuture, join_all};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::{FromSql, ToSql, Type, accepts};
 use tokio_postgres::{Client, Row};
 
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
@@ -88,19 +90,23 @@ impl Postgres {
         }))
     }
 
-    /// One try of a transaction; the caller rolls back on error.
+    /// One try of a transaction; the caller rolls back on error, and also when it answers
+    /// `Missing`: a name has no record yet, so the try must be made again with `create_first`.
     async fn attempt(
         &self,
         c: &Client,
         names: &[String],
         create: bool,
+        create_first: bool,
         decide: Decide<'_>,
-    ) -> Result<(), tokio_postgres::Error> {
+    ) -> Result<Tried, tokio_postgres::Error> {
         let (ns, names_v) = (&self.namespace, names.to_vec());
         let all: [Param; 2] = [(ns, Type::TEXT), (&names_v, Type::TEXT_ARRAY)];
         let begin = c.batch_execute("BEGIN");
-        let create_f = async {
-            if create {
+        // A record, once made, is never deleted: only a name's first grant creates it, and
+        // every other operation saves the statement (and, in a new session, its planning).
+        let insert = async {
+            if create_first {
                 c.query_typed(&self.sql.create_records, &all)
                     .await
                     .map(|_| ())
@@ -108,25 +114,33 @@ impl Postgres {
                 Ok(())
             }
         };
-        let (b, cr, records, clock, holders, waiters) = tokio::join!(
+        let (b, cr, records, clock, rows) = tokio::join!(
             begin,
-            create_f,
+            insert,
             c.query_typed(&self.sql.lock_records, &all),
             c.query_typed(self.sql.clock, &[]),
-            c.query_typed(&self.sql.holders, &all),
-            c.query_typed(&self.sql.waiters, &all),
+            c.query_typed(&self.sql.rows, &all),
         );
         b?;
         cr?;
-        let (records, clock, holders, waiters) = (records?, clock?, holders?, waiters?);
-        let now: i64 = clock.first().map_or(0, |r| r.get(0));
-        let mut rows = load(names, &records, &holders, &waiters);
-        let writes = decide(now, &mut rows);
-        self.apply(c, &writes).await
+        let (records, clock, rows) = (records?, clock?, rows?);
+        if create && !create_first && records.len() < names.len() {
+            return Ok(Tried::Missing);
+        }
+        let now = clock.first().map_or(0, |r| r.get::<_, ServerClock>(0).ms());
+        let mut rows = load(names, &records, &rows);
+        let decision = decide(now, &mut rows);
+        self.apply(c, &decision.writes, !decision.flush).await?;
+        Ok(Tried::Done)
     }
 
     /// Every write and the COMMIT, pipelined in order.
-    async fn apply(&self, c: &Client, writes: &[Write]) -> Result<(), tokio_postgres::Error> {
+    async fn apply(
+        &self,
+        c: &Client,
+        writes: &[Write],
+        lazy_commit: bool,
+    ) -> Result<(), tokio_postgres::Error> {
         let ns = &self.namespace;
         let channels: Vec<String> = writes
             .iter()
@@ -198,7 +212,11 @@ impl Postgres {
             };
             calls.push(call);
         }
-        calls.push(Box::pin(c.batch_execute("COMMIT")));
+        calls.push(Box::pin(c.batch_execute(if lazy_commit {
+            "SET LOCAL synchronous_commit TO OFF; COMMIT"
+        } else {
+            "COMMIT"
+        })));
         join_all(calls).await.into_iter().collect()
     }
 
@@ -247,8 +265,34 @@ async fn exec(c: &Client, sql: &str, params: Vec<Param<'_>>) -> Result<(), tokio
     c.query_typed(sql, &params).await.map(|_| ())
 }
 
-/// The loaded rows, per name in request order.
-fn load(names: &[String], records: &[Row], holders: &[Row], waiters: &[Row]) -> Vec<Rows> {
+/// How one try of a transaction ended.
+enum Tried {
+    Done,
+    Missing,
+}
+
+/// The server's clock as PostgreSQL sends a `timestamptz`: microseconds since 2000-01-01 UTC.
+struct ServerClock(i64);
+
+impl ServerClock {
+    /// Milliseconds since the Unix epoch, as every expiry is kept.
+    fn ms(&self) -> i64 {
+        const UNIX_TO_2000_MS: i64 = 946_684_800_000;
+        self.0.div_euclid(1000) + UNIX_TO_2000_MS
+    }
+}
+
+impl<'a> FromSql<'a> for ServerClock {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(ServerClock(i64::from_be_bytes(raw.try_into()?)))
+    }
+
+    accepts!(TIMESTAMPTZ);
+}
+
+/// The loaded rows, per name in request order. `rows` holds holders (second column true)
+/// and waiters together.
+fn load(names: &[String], records: &[Row], rows: &[Row]) -> Vec<Rows> {
     names
         .iter()
         .map(|name| {
@@ -262,29 +306,26 @@ fn load(names: &[String], records: &[Row], holders: &[Row], waiters: &[Row]) -> 
                 r.previous = rec.get(2);
                 r.wseq = rec.get(3);
             }
-            r.holders = holders
-                .iter()
-                .filter(|row| row.get::<_, &str>(0) == name)
-                .map(|row| HolderRow {
-                    token: row.get(1),
-                    mode: row.get(2),
-                    fence: row.get(3),
-                    expires: row.get(4),
-                    meta: row.get(5),
-                })
-                .collect();
-            r.waiters = waiters
-                .iter()
-                .filter(|row| row.get::<_, &str>(0) == name)
-                .map(|row| WaiterRow {
-                    token: row.get(1),
-                    mode: row.get(2),
-                    seq: row.get(3),
-                    expires: row.get(4),
-                    meta: row.get(5),
-                    bell: 0,
-                })
-                .collect();
+            for row in rows.iter().filter(|row| row.get::<_, &str>(0) == name) {
+                if row.get(1) {
+                    r.holders.push(HolderRow {
+                        token: row.get(2),
+                        mode: row.get(3),
+                        fence: row.get(4),
+                        expires: row.get(5),
+                        meta: row.get(6),
+                    });
+                } else {
+                    r.waiters.push(WaiterRow {
+                        token: row.get(2),
+                        mode: row.get(3),
+                        seq: row.get(4),
+                        expires: row.get(5),
+                        meta: row.get(6),
+                        bell: 0,
+                    });
+                }
+            }
             r
         })
         .collect()
@@ -304,6 +345,7 @@ impl Backend for Postgres {
     ) -> StoreResult<()> {
         let mut c = self.client.lock().await;
         let mut tries = 0;
+        let mut create_first = false;
         loop {
             if c.is_closed() {
                 // The server went away (a restart, a dropped connection): a new session. A
@@ -311,8 +353,18 @@ impl Backend for Postgres {
                 // safe to repeat (a repeated grant finds its own row and reports busy).
                 *c = open(&self.config, self.tls.as_ref(), &self.wakeups).await?;
             }
-            let r = self.attempt(&c, names, create, &mut *decide).await;
-            let Err(e) = r else { return Ok(()) };
+            let r = self
+                .attempt(&c, names, create, create_first, &mut *decide)
+                .await;
+            let e = match r {
+                Ok(Tried::Done) => return Ok(()),
+                Ok(Tried::Missing) => {
+                    let _ = c.batch_execute("ROLLBACK").await;
+                    create_first = true;
+                    continue;
+                }
+                Err(e) => e,
+            };
             let _ = c.batch_execute("ROLLBACK").await;
             tries += 1;
             if tries > 3 {

@@ -17,8 +17,7 @@ pub struct Sql {
     pub create_records: String,
     pub lock_records: String,
     pub clock: &'static str,
-    pub holders: String,
-    pub waiters: String,
+    pub rows: String,
     pub put_record: String,
     pub put_holder: String,
     pub delete_holder: String,
@@ -66,14 +65,15 @@ impl Sql {
                  WHERE ns = $1 AND name = ANY($2) ORDER BY name FOR UPDATE"
             ),
             // Read after the records are locked: the decision's clock is never older than
-            // the state it judges.
-            clock: "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-            holders: format!(
-                "SELECT name, token, mode, fence, expires, meta FROM {s}.holders
-                 WHERE ns = $1 AND name = ANY($2)"
-            ),
-            waiters: format!(
-                "SELECT name, token, mode, seq, expires, meta FROM {s}.waiters
+            // the state it judges. As the timestamp itself: no arithmetic for the server to
+            // look up and plan in a new session (see `server_ms`).
+            clock: "SELECT clock_timestamp()",
+            // Holders and waiters in one statement: one parse and plan fewer per operation.
+            rows: format!(
+                "SELECT name, true, token, mode, fence, expires, meta FROM {s}.holders
+                 WHERE ns = $1 AND name = ANY($2)
+                 UNION ALL
+                 SELECT name, false, token, mode, seq, expires, meta FROM {s}.waiters
                  WHERE ns = $1 AND name = ANY($2)"
             ),
             put_record: format!(

@@ -26,8 +26,28 @@ use rules::{GrantRequest, Outcome, Rows, Write};
 /// every `MAX_POLL`), so a killed waiter leaves nothing behind for long.
 const WAITER_TTL: Duration = Duration::from_secs(2);
 
-/// Decides on the rows a transaction loaded, given the server's clock in ms; returns writes.
-pub type Decide<'a> = &'a mut (dyn FnMut(i64, &mut [Rows]) -> Vec<Write> + Send);
+/// Decides on the rows a transaction loaded, given the server's clock in ms.
+pub type Decide<'a> = &'a mut (dyn FnMut(i64, &mut [Rows]) -> Decision + Send);
+
+/// What a transaction writes, and whether its commit must reach the disk before it returns.
+pub struct Decision {
+    pub writes: Vec<Write>,
+    /// A grant, a renewal or a fence raise must survive a crash of the server: forgetting one
+    /// could let a second holder in or repeat a fence. Everything else (a release, a waiter
+    /// queueing, a purge of the expired) may commit without waiting for the disk, where the
+    /// database allows that per transaction: a crash that forgets it leaves a lease to expire
+    /// at its deadline, as a crashed holder's would, and any later flushed commit flushes it
+    /// too, the log being one sequence.
+    pub flush: bool,
+}
+
+impl Decision {
+    /// Flushed if it writes a holder (a grant or a renewal).
+    fn new(writes: Vec<Write>) -> Decision {
+        let flush = writes.iter().any(|w| matches!(w, Write::PutHolder { .. }));
+        Decision { writes, flush }
+    }
+}
 
 /// One database: its SQL, its connection, its wake-ups.
 #[async_trait]
@@ -173,14 +193,14 @@ impl<B: Backend> SqlStore<B> {
         &self,
         names: &[String],
         create: bool,
-        mut rule: impl FnMut(i64, &mut [Rows]) -> (T, Vec<Write>) + Send,
+        mut rule: impl FnMut(i64, &mut [Rows]) -> (T, Decision) + Send,
     ) -> StoreResult<T> {
         let mut answer = T::default();
         self.0
             .transact(names, create, &mut |now, rows| {
-                let (a, writes) = rule(now, rows);
+                let (a, decision) = rule(now, rows);
                 answer = a;
-                writes
+                decision
             })
             .await?;
         Ok(answer)
@@ -206,7 +226,7 @@ impl<B: Backend> Store for SqlStore<B> {
         let outcome = self
             .decide(&req.names, true, |now, rows| {
                 let (o, writes) = rules::grant(rows, now, &grant);
-                (Some(o), writes)
+                (Some(o), Decision::new(writes))
             })
             .await?;
         Ok(match outcome.expect("the transaction decided") {
@@ -223,30 +243,49 @@ impl<B: Backend> Store for SqlStore<B> {
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         self.decide(names, false, |now, rows| {
-            rules::renew(rows, now, token, ms(ttl))
+            let (renewed, writes) = rules::renew(rows, now, token, ms(ttl));
+            (renewed, Decision::new(writes))
         })
         .await
     }
 
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        self.decide(names, false, |now, rows| rules::release(rows, now, token))
-            .await
+        self.decide(names, false, |now, rows| {
+            let (held, writes) = rules::release(rows, now, token);
+            (held, Decision::new(writes))
+        })
+        .await
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        self.decide(names, false, |now, rows| rules::force(rows, now))
-            .await
+        self.decide(names, false, |now, rows| {
+            let (any, writes) = rules::force(rows, now);
+            (any, Decision::new(writes))
+        })
+        .await
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        self.decide(names, true, |_, rows| ((), rules::raise(rows, fences)))
-            .await
+        self.decide(names, true, |_, rows| {
+            let writes = rules::raise(rows, fences);
+            (
+                (),
+                Decision {
+                    writes,
+                    flush: true,
+                },
+            )
+        })
+        .await
     }
 
     async fn inspect(&self, name: &str) -> StoreResult<LockState> {
         let state = self
             .decide(&[name.to_string()], false, |now, rows| {
-                (rows.first().map(|r| rules::view(r, now)), Vec::new())
+                (
+                    rows.first().map(|r| rules::view(r, now)),
+                    Decision::new(Vec::new()),
+                )
             })
             .await?;
         Ok(state.unwrap_or_else(|| LockState {
