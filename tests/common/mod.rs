@@ -6,6 +6,7 @@
 
 pub mod etcd;
 pub mod mysql;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod redis;
 pub mod zk;

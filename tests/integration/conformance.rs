@@ -1,6 +1,6 @@
 //! The store contract (`dlock::store::conformance`) run on every store: in memory, the file
 //! store, Redis, Redis Cluster, etcd (1 and 3 members), ZooKeeper (standalone and a
-//! 3-member ensemble), PostgreSQL and MariaDB. One module per store, one test per property, so each run shows by name
+//! 3-member ensemble), PostgreSQL (direct and behind PgBouncer) and MariaDB. One module per store, one test per property, so each run shows by name
 //! (`conformance::etcd3::fences_rise`). Each store's servers start once for the whole binary;
 //! every property works in its own namespace, so they run in parallel on them.
 
@@ -13,6 +13,7 @@ use dlock::store::{Store, url};
 
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
+use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
 use crate::common::zk::ZkServer;
@@ -59,6 +60,7 @@ const REDIS: Caps = Caps {
     fifo: false,
     session_leases: false,
     short_ttl: Duration::from_secs(2),
+    notified: true,
 };
 
 fn redis() -> Subject {
@@ -77,6 +79,7 @@ const ETCD: Caps = Caps {
     fifo: true,
     session_leases: false,
     short_ttl: Duration::from_secs(2),
+    notified: true,
 };
 
 fn etcd1() -> Subject {
@@ -95,6 +98,7 @@ const ZK: Caps = Caps {
     fifo: true,
     session_leases: true,
     short_ttl: Duration::from_secs(2),
+    notified: true,
 };
 
 fn zk1() -> Subject {
@@ -117,11 +121,23 @@ const SQL: Caps = Caps {
     fifo: false,
     session_leases: false,
     short_ttl: Duration::from_secs(2),
+    notified: true,
 };
 
 fn postgres() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
     by_url(shared(&SERVER, PgServer::start, PgServer::url), SQL)
+}
+
+/// PostgreSQL behind PgBouncer in transaction mode: the contract must hold with no session
+/// state, waiters being woken by looking again where LISTEN does not reach them.
+fn pgbouncer() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    let caps = Caps {
+        notified: false,
+        ..SQL
+    };
+    by_url(shared(&SERVER, PgBouncer::start, PgBouncer::url), caps)
 }
 
 fn mariadb() -> Subject {
@@ -184,5 +200,6 @@ conformance! {
     zk1 (paused: false) => zk1();
     zk3 (paused: false) => zk3();
     postgres (paused: false) => postgres();
+    pgbouncer (paused: false) => pgbouncer();
     mariadb (paused: false) => mariadb();
 }

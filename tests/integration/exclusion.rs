@@ -4,6 +4,7 @@
 
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
+use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
 use crate::common::zk::ZkServer;
@@ -68,6 +69,14 @@ fn on_a_three_member_zookeeper_ensemble() {
 fn on_postgres() {
     let pg = PgServer::start();
     eight_runs_never_overlap(vec![pg.url()]);
+}
+
+/// Through PgBouncer in transaction mode: no session state, and the 8 waiters wake by
+/// looking again rather than by NOTIFY.
+#[test]
+fn on_postgres_behind_pgbouncer() {
+    let bouncer = PgBouncer::start();
+    eight_runs_never_overlap(vec![bouncer.url()]);
 }
 
 #[test]
