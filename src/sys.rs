@@ -108,6 +108,33 @@ pub fn username() -> String {
 }
 
 /// Send a signal to every process of a process group.
+/// Where `execvp` would find `name`: the first executable `dir/name` along `PATH` (an empty
+/// entry is the current directory). `None` for a name with a `/`, or one not found (then the
+/// spawn reports it as before). Found here, in the parent, the child execs once instead of
+/// trying every directory before the right one, between the grant and the command's start.
+pub fn find_program(name: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if name.is_empty() || name.as_bytes().contains(&b'/') {
+        return None;
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| {
+            if dir.as_os_str().is_empty() {
+                std::path::PathBuf::from(".").join(name)
+            } else {
+                dir.join(name)
+            }
+        })
+        .find(|p| {
+            let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+                return false;
+            };
+            // SAFETY: access reads a NUL-terminated path we own.
+            p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+        })
+}
+
 pub fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
     // SAFETY: plain syscall; a negative pid addresses the group.
     let rc = unsafe { libc::kill(-(pgid as i32), signal) };

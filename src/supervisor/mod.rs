@@ -201,6 +201,14 @@ pub async fn supervise_with(
         }
     };
     renewer.abort();
+    // The next holder waits on this release: in a plain ending it comes before anything else
+    // (giving back the terminal, reaping the watchdog). A lost or overrun lease has its
+    // command's group killed first, and --hold-min keeps the lease.
+    let plain = lost.is_none() && overrun_kill_at.is_none() && limits.hold_min.is_none();
+    let early = match plain {
+        true => Some(engine.release(&lease.req.names, &lease.req.token).await),
+        false => None,
+    };
     drop(terminal);
     if dog.is_some_and(|d| d.stop()) && lost.is_none() {
         // dlock could not act in time (it was stopped or starved) and the watchdog stopped
@@ -241,7 +249,10 @@ pub async fn supervise_with(
         released(json!({ "expires_in_ms": left.as_millis() as u64 }), &ended);
         return ended;
     }
-    let tally = engine.release(&lease.req.names, &lease.req.token).await;
+    let tally = match early {
+        Some(tally) => tally,
+        None => engine.release(&lease.req.names, &lease.req.token).await,
+    };
     if !tally.errors.is_empty() && lost.is_none() {
         // A store that was down all along is no news; a release that left the lease held on
         // a majority (until its ttl) is.
@@ -335,7 +346,14 @@ fn spawn(
 ) -> Result<tokio::process::Child> {
     let req = &lease.req;
     let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
-    let mut cmd = Command::new(&command[0]);
+    let mut cmd = match sys::find_program(&command[0]) {
+        Some(path) => {
+            let mut c = Command::new(path);
+            c.arg0(&command[0]);
+            c
+        }
+        None => Command::new(&command[0]),
+    };
     cmd.args(&command[1..])
         .env("DLOCK_NAME", req.names.join(" "))
         .env("DLOCK_TOKEN", &req.token)

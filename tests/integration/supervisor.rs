@@ -46,6 +46,46 @@ fn the_child_sees_the_lease_in_its_environment() {
     assert_eq!(stdout(&again), "2 released");
 }
 
+/// dlock looks the command up along PATH itself (so the child execs once): the first
+/// executable match wins, a match that is not executable is passed over, and the command
+/// sees the name it was given as its argv[0], as with execvp.
+#[test]
+fn the_command_is_found_along_path_as_execvp_would() {
+    let env = Env::file();
+    let (first, second) = (env.path("first"), env.path("second"));
+    for (dir, word, mode) in [(&first, "first", 0o644), (&second, "second", 0o755)] {
+        std::fs::create_dir_all(dir).unwrap();
+        let tool = dir.join("tool");
+        std::fs::write(&tool, format!("#!/bin/sh\necho {word} \"$0\"\n")).unwrap();
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+    }
+    let path = format!(
+        "{}:{}:{}",
+        first.display(),
+        second.display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut c = env.cmd();
+    c.env("PATH", &path).args(["run", "job", "--", "tool"]);
+    let o = output_within(c, Duration::from_secs(30));
+    assert_code(&o, 0);
+    // A script's $0 is the path it was run by; the first dir's tool is not executable.
+    assert_eq!(
+        stdout(&o),
+        format!("second {}", second.join("tool").display())
+    );
+    let mut c = env.cmd();
+    c.env("PATH", &path)
+        .args(["run", "job", "--", "sh", "-c", "echo $0"]);
+    let o = output_within(c, Duration::from_secs(30));
+    assert_eq!(stdout(&o), "sh", "argv[0] is the name as given");
+    let mut c = env.cmd();
+    c.env("PATH", &path)
+        .args(["run", "job", "--", "no-such-tool-here"]);
+    assert_code(&output_within(c, Duration::from_secs(30)), 127);
+}
+
 #[test]
 fn the_childs_exit_code_comes_back() {
     let env = Env::file();
