@@ -1,0 +1,60 @@
+"""Where one `dlock run x -- true` spends its time, from `strace -f --seccomp-bpf -ttt` traces
+of the calls that mark its phases (scripts/bench records them; only those calls stop the
+process, so the timing is close to an untraced run). Prints the median of each phase over
+the traces given. Usage: phases.py NAME TRACE...
+"""
+import statistics
+import sys
+
+PHASES = [
+    "start-up (exec to first store call)",
+    "connect and grant",
+    "watchdog and child fork/exec",
+    "the child (`true`)",
+    "release and exit",
+]
+
+
+def marks(path):
+    """Times (ms from exec) of: dlock's first store call, its first fork (the watchdog), the
+    child's exec, the child's exit, dlock's exit."""
+    lines = [l.split(None, 2) for l in open(path) if l.strip()]
+    t0, main = float(lines[0][1]), lines[0][0]
+    found = {}
+    for pid, t, call in lines:
+        t = (float(t) - t0) * 1000
+        if pid == main:
+            # The store: a socket connect, or the file store's lock directory (not the
+            # loader's libraries, /etc or /proc).
+            store = call.startswith("connect(") and "nscd" not in call
+            store |= call.startswith("openat(") and not any(
+                s in call for s in ("/etc/", "/lib", "/proc/", "/sys/", ".so")
+            )
+            if store:
+                found.setdefault("store", t)
+            if call.startswith("clone("):
+                found.setdefault("fork", t)
+            if call.startswith("exit_group("):
+                found["end"] = t
+        elif call.startswith("execve(") and call.rstrip().endswith("= 0"):
+            found.setdefault("exec", t)
+            found.setdefault("child", pid)
+        elif pid == found.get("child") and call.startswith("exit_group("):
+            found["exit"] = t
+    return [found.get(k) for k in ("store", "fork", "exec", "exit", "end")]
+
+
+def main():
+    name, traces = sys.argv[1], sys.argv[2:]
+    rows = [marks(p) for p in traces]
+    rows = [r for r in rows if None not in r]
+    if not rows:
+        sys.exit(f"{name}: no complete trace")
+    cols = [[r[0]] + [b - a for a, b in zip(r, r[1:])] for r in rows]
+    med = [statistics.median(c[i] for c in cols) for i in range(len(PHASES))]
+    total = statistics.median(r[-1] for r in rows)
+    print(f"| {name} | " + " | ".join(f"{m:.2f}" for m in med) + f" | {total:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
