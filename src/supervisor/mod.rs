@@ -59,13 +59,37 @@ struct Health {
     trouble: Option<String>,
 }
 
-/// Run `command` while `lease` is held; release the lease when it exits and return the exit
-/// code dlock should end with. `engine` renews and releases the lease; `out` reports; renewals,
-/// their failures, a loss and the release go to `events`.
+/// How long before the deadline the command gets SIGKILL: a quarter of the kill grace.
+fn margin(grace: Duration) -> Duration {
+    (grace / 4).max(Duration::from_millis(10))
+}
+
+/// The watchdog of a `run` that is about to acquire its lock, forked now so that the moment
+/// between the grant and the command's start (which the next holder of a contended lock waits
+/// through) holds no fork but the child's. It acts on nothing until `supervise_with` gives it
+/// the deadline and the child names its group. `None`, after a warning, if it cannot start.
+pub fn standby_watchdog(out: &Output, grace: Duration) -> Option<watchdog::Watchdog> {
+    match watchdog::Watchdog::start(None, grace, margin(grace)) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            out.warn(&format!(
+                "cannot start the watchdog ({e}); the command is stopped in time only while dlock runs"
+            ));
+            None
+        }
+    }
+}
+
+/// Run `command` while `lease` is held, watched by `dog` (from `standby_watchdog`); release
+/// the lease when it exits and return the exit code dlock should end with. `engine` renews
+/// and releases the lease; `out` reports; renewals, their failures, a loss and the release go
+/// to `events`.
+#[allow(clippy::too_many_arguments)]
 pub async fn supervise_with(
     engine: &Arc<Engine>,
     out: &Output,
     lease: Lease,
+    dog: Option<watchdog::Watchdog>,
     command: &[OsString],
     grace: Duration,
     limits: Limits,
@@ -82,16 +106,12 @@ pub async fn supervise_with(
     // Catch the forwarded signals before the child exists, so none is lost in between.
     let mut signals = Signals::catch(&FORWARDED)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
-    let margin = (grace / 4).max(Duration::from_millis(10));
-    let dog = match watchdog::Watchdog::start(lease.deadline, grace, margin) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            out.warn(&format!(
-                "cannot start the watchdog ({e}); the command is stopped in time only while dlock runs"
-            ));
-            None
-        }
-    };
+    let margin = margin(grace);
+    // The deadline before the child: the pipe keeps the order, so the watchdog knows it by the
+    // time the child names its group.
+    if let Some(d) = &dog {
+        d.push(lease.deadline);
+    }
     let mut child = match spawn(&lease, command, dog.as_ref()) {
         Ok(c) => c,
         Err(e) => {

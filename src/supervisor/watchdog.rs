@@ -40,14 +40,20 @@ impl Watchdog {
     /// `announcer`, before exec. The watchdog acts a little after the moments the supervisor
     /// uses (SIGTERM at `deadline - grace`, SIGKILL at `deadline - margin`), so a running
     /// dlock always acts first and the child never gets a signal twice; a dlock that cannot
-    /// act still has its child stopped before the deadline.
-    pub fn start(deadline: Instant, grace: Duration, margin: Duration) -> io::Result<Watchdog> {
+    /// act still has its child stopped before the deadline. With no deadline yet (started
+    /// while dlock still waits for its lock), `push` gives it one before the child starts.
+    pub fn start(
+        deadline: Option<Instant>,
+        grace: Duration,
+        margin: Duration,
+    ) -> io::Result<Watchdog> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: fds has room for the two descriptors.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let first = kernel_ns(deadline);
+        // Until a group is named the watchdog acts on no deadline, so "none" can be any value.
+        let first = deadline.map_or(u64::MAX, kernel_ns);
         let (grace, margin) = (grace.as_nanos() as u64, margin.as_nanos() as u64);
         // SAFETY: the child runs only `watch`, which makes raw syscalls and allocates nothing.
         match unsafe { libc::fork() } {
@@ -92,17 +98,28 @@ impl Watchdog {
     }
 
     /// End the watchdog; true if it had stopped the command.
-    pub fn stop(self) -> bool {
+    pub fn stop(mut self) -> bool {
         let mut status = 0;
         // SAFETY: closing our write end gives the watchdog end-of-file, and it exits; then we
         // reap it, retrying on EINTR.
         unsafe {
-            libc::close(self.fd);
+            libc::close(std::mem::replace(&mut self.fd, -1));
             while libc::waitpid(self.pid, &mut status, 0) < 0
                 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
             {}
         }
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == FIRED
+    }
+}
+
+/// A watchdog never given a command (its run did not get the lock) ends as soon as its pipe
+/// closes; dlock, about to exit, does not wait for it.
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if self.fd >= 0 {
+            // SAFETY: closing the write end we own, once.
+            unsafe { libc::close(self.fd) };
+        }
     }
 }
 

@@ -246,13 +246,35 @@ fn a_frozen_redis_stops_the_child_before_the_lease_runs_out() {
 /// once it runs again.
 #[test]
 fn a_stopped_dlock_run_still_stops_its_child_before_the_lease_runs_out() {
+    a_stopped_run_has_its_child_stopped(false);
+}
+
+/// The same after the run waited for its lock: its watchdog was started while it waited,
+/// before it had a deadline, and must act on the lease it got.
+#[test]
+fn a_stopped_dlock_run_that_waited_first_still_stops_its_child() {
+    a_stopped_run_has_its_child_stopped(true);
+}
+
+fn a_stopped_run_has_its_child_stopped(wait_first: bool) {
     let env = Env::file();
     let pidfile = env.path("child.pid");
     let script = format!(
         "echo $$ > {}; while :; do sleep 0.02; done",
         pidfile.display()
     );
-    let mut holder = env.spawn_run(&["job", "--ttl", "1s"], &script);
+    let token = wait_first.then(|| {
+        let held = env.run(&["lock", "job", "--ttl", "30s"]);
+        assert_code(&held, 0);
+        stdout(&held)
+    });
+    let mut holder = env.spawn_run(&["job", "--ttl", "1s", "-w", "30s"], &script);
+    if let Some(token) = token {
+        // Longer than the run's ttl: a deadline taken when the watchdog started would be gone.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(read(&pidfile).is_empty(), "the run did not wait");
+        assert_code(&env.run(&["unlock", "job", "--token", &token]), 0);
+    }
     assert!(wait_for(Duration::from_secs(10), || !read(&pidfile).is_empty()));
     let child: u32 = read(&pidfile).trim().parse().unwrap();
     signal(holder.id(), libc::SIGSTOP);
