@@ -23,15 +23,15 @@ def marks(path):
     found = {}
     for pid, t, call in lines:
         t = (float(t) - t0) * 1000
+        # The store: a socket connect, or the file store's lock directory (from dlock or one
+        # of its threads; not the loader's libraries, /etc or /proc).
+        store = call.startswith("connect(") and "nscd" not in call
+        store |= call.startswith("openat(") and not any(
+            s in call for s in ("/etc/", "/lib", "/proc/", "/sys/", ".so", "/dev/")
+        )
+        if store and "fork" not in found:
+            found.setdefault("store", t)
         if pid == main:
-            # The store: a socket connect, or the file store's lock directory (not the
-            # loader's libraries, /etc or /proc).
-            store = call.startswith("connect(") and "nscd" not in call
-            store |= call.startswith("openat(") and not any(
-                s in call for s in ("/etc/", "/lib", "/proc/", "/sys/", ".so")
-            )
-            if store:
-                found.setdefault("store", t)
             if call.startswith("clone("):
                 found.setdefault("fork", t)
             if call.startswith("exit_group("):
