@@ -16,6 +16,7 @@ mod generated;
 mod modes;
 mod multilock;
 mod quorum;
+mod refused;
 mod regressions;
 mod store_etcd;
 mod store_redis;
