@@ -7,6 +7,7 @@
 pub mod etcd;
 pub mod mysql;
 pub mod postgres;
+pub mod proxy;
 pub mod redis;
 pub mod zk;
 

@@ -15,6 +15,7 @@ mod exclusion;
 mod generated;
 mod modes;
 mod multilock;
+mod proxy;
 mod quorum;
 mod refused;
 mod regressions;
