@@ -13,6 +13,7 @@ mod doctor;
 mod engine_fences;
 mod exclusion;
 mod generated;
+mod lost_grant;
 mod modes;
 mod multilock;
 mod proxy;
