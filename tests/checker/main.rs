@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
 use common::postgres::PgServer;
+use common::proxy::{Mode, Proxy};
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use common::{Env, signal, temp_dir, wait_child};
@@ -225,6 +226,10 @@ enum Fault {
     /// Crash a database server (SIGKILL, or PostgreSQL's immediate shutdown) and start it
     /// again at once on its data: committed rows survive, every session is cut.
     ServerRestart,
+    /// Partition a holder from its store (its own fault proxy turns into a blackhole).
+    PartitionBlackhole,
+    /// Lose every reply to a holder: its renewals reach the store and act, unheard.
+    PartitionDropReplies,
 }
 
 impl Fault {
@@ -239,7 +244,16 @@ impl Fault {
             Fault::NodeKill => "node-kill",
             Fault::MasterKill => "master-kill",
             Fault::ServerRestart => "server-restart",
+            Fault::PartitionBlackhole => "partition-blackhole",
+            Fault::PartitionDropReplies => "partition-drop-replies",
         }
+    }
+
+    fn is_partition(self) -> bool {
+        matches!(
+            self,
+            Fault::PartitionBlackhole | Fault::PartitionDropReplies
+        )
     }
 }
 
@@ -292,7 +306,15 @@ impl Setup {
             // (README: fences need appendfsync always), so it only restarts from its AOF.
             "redis" => Setup {
                 stores: Stores::Redis(redis(1)),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, RestartAof],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    RestartAof,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: short,
             },
             "quorum3" | "quorum5" => Setup {
@@ -464,8 +486,10 @@ struct Injected {
     fault: Fault,
     /// The victim client's id in the log, for holder faults.
     victim: Option<String>,
-    /// When the holder died or froze (for the stuck-lock check).
+    /// When the holder died or froze, or was cut off (for the stuck-lock check).
     at: Option<u64>,
+    /// The victim's `dlock run` exit code, for the partition faults (which require 70).
+    exit: Option<i32>,
     outcome: String,
 }
 
@@ -500,7 +524,12 @@ struct Run {
 
 impl Run {
     fn dlock_run(&self, client: &str, hold: Duration) -> Command {
-        let mut c = self.env.cmd();
+        self.dlock_run_on(&self.env, client, hold)
+    }
+
+    /// `dlock run` as `dlock_run`, on the stores of `env`.
+    fn dlock_run_on(&self, env: &Env, client: &str, hold: Duration) -> Command {
+        let mut c = env.cmd();
         c.args(["run", NAME, "--ttl"])
             .arg(humantime::format_duration(self.cfg.ttl).to_string())
             .args(["-w", "60s", "--"])
@@ -600,6 +629,7 @@ impl Run {
                 fault,
                 victim: Some(victim),
                 at: None,
+                exit: None,
                 outcome: match code {
                     // dlock refused to time a lease on the bent clock.
                     1 => format!("refused, exit {code}: {}", said.unwrap_or_default()),
@@ -636,7 +666,55 @@ impl Run {
             fault,
             victim: Some(victim),
             at,
+            exit: None,
             outcome,
+        }
+    }
+
+    /// A holder cut off from its stores: the victim reaches every server through a fault
+    /// proxy of its own, which turns into a blackhole or drops every reply once the victim
+    /// is in its section. dlock must stop the child (exit 70) before the lease can run out
+    /// on the store, so within the ttl of the cut and before anybody else enters.
+    fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
+        let ttl = self.cfg.ttl;
+        let Stores::Redis(servers) = &setup.stores else {
+            unreachable!("partitions are injected on independent Redis servers only")
+        };
+        let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::to_port(s.port)).collect();
+        let env = Env::with_stores(
+            proxies
+                .iter()
+                .map(|p| format!("redis://{}", p.addr()))
+                .collect(),
+        );
+        let victim = format!("v{n}-{}", fault.name());
+        let mut child = self
+            .dlock_run_on(&env, &victim, ttl * 4)
+            .spawn()
+            .expect("spawn the victim");
+        let entered = self.wait_entered(&victim, &mut child, Duration::from_secs(60));
+        let mode = match fault {
+            Fault::PartitionBlackhole => Mode::Blackhole,
+            _ => Mode::DropReplies,
+        };
+        let at = entered.map(|_| {
+            proxies.iter().for_each(|p| p.set(mode));
+            mono_ns()
+        });
+        // The child of a victim that keeps its lease runs 4 x ttl; give it that and more.
+        let code = self.finish(&mut child, ttl * 6 + Duration::from_secs(10));
+        // Healed only once the victim is done, so nothing it sent late can help it.
+        drop(proxies);
+        let said = self.tally.said.lock().unwrap().get(&code).cloned();
+        Injected {
+            fault,
+            victim: Some(victim),
+            at,
+            exit: Some(code),
+            outcome: match at {
+                Some(_) => format!("dlock exit {code}"),
+                None => format!("never entered, exit {code}: {}", said.unwrap_or_default()),
+            },
         }
     }
 
@@ -736,6 +814,7 @@ impl Run {
             fault,
             victim: None,
             at: None,
+            exit: None,
             outcome,
         }
     }
@@ -788,6 +867,12 @@ struct Summary {
     /// handoff between processes (release, wake-up, grant, fork and exec of the next child).
     median_handoff_us: u64,
     left_behind: usize,
+    /// Partitions: the longest time from the cut to the victim's child being stopped, and
+    /// to the next section of someone else; and the victims not stopped within the ttl or
+    /// whose dlock did not exit 70.
+    max_cut_stop_ms: Option<u64>,
+    max_cut_next_ms: Option<u64>,
+    late_stops: usize,
     details: Vec<String>,
 }
 
@@ -855,6 +940,34 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
             }
         }
         top = top.max(cur.fence);
+    }
+    // Partitions: the victim's child stopped (dlock exit 70) within the ttl of the cut.
+    for f in faults.iter().filter(|f| f.fault.is_partition()) {
+        let (Some(at), Some(victim)) = (f.at, &f.victim) else {
+            continue;
+        };
+        let end = secs
+            .iter()
+            .find(|x| &x.client == victim)
+            .map_or(u64::MAX, Section::end);
+        let stop = end.saturating_sub(at) / 1_000_000;
+        s.max_cut_stop_ms = Some(s.max_cut_stop_ms.unwrap_or(0).max(stop));
+        let next = secs
+            .iter()
+            .filter(|x| x.enter > at && &x.client != victim)
+            .map(|x| (x.enter - at) / 1_000_000)
+            .min();
+        if let Some(next) = next {
+            s.max_cut_next_ms = Some(s.max_cut_next_ms.unwrap_or(0).max(next));
+        }
+        if Duration::from_millis(stop) > ttl || f.exit != Some(70) {
+            s.late_stops += 1;
+            s.details.push(format!(
+                "late stop: {victim}'s child ran {stop} ms after the {}, dlock exit {:?}",
+                f.fault.name(),
+                f.exit
+            ));
+        }
     }
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
@@ -935,6 +1048,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let fault = setup.faults[n % setup.faults.len()];
         let inj = match fault {
             Fault::HolderKill | Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
+            f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };
         injected.push(inj);
@@ -1004,10 +1118,19 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
                 .join(",")
         )
     };
+    // Only setups with partitions report them.
+    let cuts_txt = match (summary.max_cut_stop_ms, summary.max_cut_next_ms) {
+        (None, _) => String::new(),
+        (Some(stop), next) => format!(
+            " late-stops={} max-cut-to-stop-ms={stop} max-cut-to-next-ms={}",
+            summary.late_stops,
+            next.map_or("-".to_string(), |n| n.to_string())
+        ),
+    };
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
-         fence-regressions={} stuck={} left-behind={}{beyond_txt} max-free-ms={} median-handoff-ms={:.2} \
-         exits={} time={:.0}s{}",
+         fence-regressions={} stuck={} left-behind={}{beyond_txt}{cuts_txt} max-free-ms={} \
+         median-handoff-ms={:.2} exits={} time={:.0}s{}",
         summary.sections,
         run.cfg.clients,
         humantime::format_duration(run.cfg.ttl),
@@ -1035,6 +1158,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         && summary.fence_regressions == 0
         && summary.stuck == 0
         && summary.left_behind == 0
+        && summary.late_stops == 0
         && !stalled;
     if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
         for d in &summary.details {
