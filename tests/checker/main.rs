@@ -226,10 +226,14 @@ enum Fault {
     /// Crash a database server (SIGKILL, or PostgreSQL's immediate shutdown) and start it
     /// again at once on its data: committed rows survive, every session is cut.
     ServerRestart,
-    /// Partition a holder from its store (its own fault proxy turns into a blackhole).
+    /// Partition a holder from its store, or from a majority of a quorum (its own fault
+    /// proxies turn into blackholes).
     PartitionBlackhole,
-    /// Lose every reply to a holder: its renewals reach the store and act, unheard.
+    /// Lose every reply to a holder from its store, or from a majority of a quorum: its
+    /// renewals reach the servers and act, unheard.
     PartitionDropReplies,
+    /// Partition a holder from a minority of a quorum: it must keep its lock.
+    PartitionMinority,
 }
 
 impl Fault {
@@ -246,10 +250,16 @@ impl Fault {
             Fault::ServerRestart => "server-restart",
             Fault::PartitionBlackhole => "partition-blackhole",
             Fault::PartitionDropReplies => "partition-drop-replies",
+            Fault::PartitionMinority => "partition-minority",
         }
     }
 
     fn is_partition(self) -> bool {
+        self.cuts_majority() || self == Fault::PartitionMinority
+    }
+
+    /// A partition that leaves the holder without a majority: it must stop its child.
+    fn cuts_majority(self) -> bool {
         matches!(
             self,
             Fault::PartitionBlackhole | Fault::PartitionDropReplies
@@ -326,6 +336,9 @@ impl Setup {
                     StoreStop,
                     RestartAof,
                     RestartEmpty,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    PartitionMinority,
                 ],
                 min_ttl: short,
             },
@@ -672,9 +685,11 @@ impl Run {
     }
 
     /// A holder cut off from its stores: the victim reaches every server through a fault
-    /// proxy of its own, which turns into a blackhole or drops every reply once the victim
-    /// is in its section. dlock must stop the child (exit 70) before the lease can run out
-    /// on the store, so within the ttl of the cut and before anybody else enters.
+    /// proxy of its own, and once it is in its section the proxies of a majority (the one
+    /// server of a single store) turn into blackholes or drop every reply. dlock must stop
+    /// the child (exit 70) before the lease can run out on the stores, so within the ttl of
+    /// the cut and before anybody else enters. Cut from a minority, it keeps its lock: the
+    /// child runs its whole section and dlock exits 0.
     fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl;
         let Stores::Redis(servers) = &setup.stores else {
@@ -693,12 +708,13 @@ impl Run {
             .spawn()
             .expect("spawn the victim");
         let entered = self.wait_entered(&victim, &mut child, Duration::from_secs(60));
-        let mode = match fault {
-            Fault::PartitionBlackhole => Mode::Blackhole,
-            _ => Mode::DropReplies,
+        let (mode, cut) = match fault {
+            Fault::PartitionBlackhole => (Mode::Blackhole, servers.len() / 2 + 1),
+            Fault::PartitionDropReplies => (Mode::DropReplies, servers.len() / 2 + 1),
+            _ => (Mode::Blackhole, (servers.len() - 1) / 2),
         };
         let at = entered.map(|_| {
-            proxies.iter().for_each(|p| p.set(mode));
+            proxies[..cut].iter().for_each(|p| p.set(mode));
             mono_ns()
         });
         // The child of a victim that keeps its lease runs 4 x ttl; give it that and more.
@@ -712,7 +728,7 @@ impl Run {
             at,
             exit: Some(code),
             outcome: match at {
-                Some(_) => format!("dlock exit {code}"),
+                Some(_) => format!("{cut} of {} servers cut, dlock exit {code}", servers.len()),
                 None => format!("never entered, exit {code}: {}", said.unwrap_or_default()),
             },
         }
@@ -873,6 +889,8 @@ struct Summary {
     max_cut_stop_ms: Option<u64>,
     max_cut_next_ms: Option<u64>,
     late_stops: usize,
+    /// Holders cut from a minority of a quorum that did not keep their lock (dlock exit 0).
+    minority_losses: Option<usize>,
     details: Vec<String>,
 }
 
@@ -942,7 +960,20 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
         top = top.max(cur.fence);
     }
     // Partitions: the victim's child stopped (dlock exit 70) within the ttl of the cut.
-    for f in faults.iter().filter(|f| f.fault.is_partition()) {
+    for f in faults
+        .iter()
+        .filter(|f| f.fault == Fault::PartitionMinority)
+    {
+        let losses = s.minority_losses.get_or_insert(0);
+        if f.at.is_some() && f.exit != Some(0) {
+            *losses += 1;
+            s.details.push(format!(
+                "minority loss: {:?} cut from a minority ended with dlock exit {:?}",
+                f.victim, f.exit
+            ));
+        }
+    }
+    for f in faults.iter().filter(|f| f.fault.cuts_majority()) {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;
         };
@@ -972,7 +1003,11 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
     let slack = (ttl / 2).max(Duration::from_millis(500));
-    for f in faults {
+    // A holder cut from a minority keeps its lock: nobody is due to enter after it.
+    for f in faults
+        .iter()
+        .filter(|f| f.fault != Fault::PartitionMinority)
+    {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;
         };
@@ -1119,7 +1154,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         )
     };
     // Only setups with partitions report them.
-    let cuts_txt = match (summary.max_cut_stop_ms, summary.max_cut_next_ms) {
+    let mut cuts_txt = match (summary.max_cut_stop_ms, summary.max_cut_next_ms) {
         (None, _) => String::new(),
         (Some(stop), next) => format!(
             " late-stops={} max-cut-to-stop-ms={stop} max-cut-to-next-ms={}",
@@ -1127,6 +1162,9 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             next.map_or("-".to_string(), |n| n.to_string())
         ),
     };
+    if let Some(n) = summary.minority_losses {
+        cuts_txt.push_str(&format!(" minority-cut-losses={n}"));
+    }
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
          fence-regressions={} stuck={} left-behind={}{beyond_txt}{cuts_txt} max-free-ms={} \
@@ -1159,6 +1197,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         && summary.stuck == 0
         && summary.left_behind == 0
         && summary.late_stops == 0
+        && summary.minority_losses.unwrap_or(0) == 0
         && !stalled;
     if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
         for d in &summary.details {
