@@ -20,11 +20,6 @@ fn an_unheard_grant_is_given_back(scheme: &str, port: u16) {
     let proxy = Proxy::to_port(port);
     let direct = Env::with_stores(vec![format!("{scheme}://127.0.0.1:{port}")]);
     let behind = Env::with_stores(vec![format!("{scheme}://{}", proxy.addr())]);
-    // A lock taken and released first, as on any server in use: a fresh Redis answers the
-    // first EVALSHA of each script with NOSCRIPT, and a release whose NOSCRIPT answer is
-    // lost never sends its script (a gap of its own: see RELIABILITY.md).
-    let token = stdout(&direct.run(&["lock", "warm", "-n"]));
-    assert_code(&direct.run(&["unlock", "warm", "--token", &token]), 0);
     proxy.set(Mode::Delay(DELAY));
     // The store timeout leaves room for the delayed round trips before the grant.
     let client = behind.spawn(&["--store-timeout", "5s", "lock", "job", "-n", "--ttl", "20s"]);
