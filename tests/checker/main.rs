@@ -596,6 +596,11 @@ impl Run {
     }
 
     fn finish(&self, child: &mut Child, limit: Duration) -> i32 {
+        self.finish_saying(child, limit).0
+    }
+
+    /// `finish`, also returning what dlock said on stderr.
+    fn finish_saying(&self, child: &mut Child, limit: Duration) -> (i32, String) {
         let status = wait_child(child, limit);
         let mut err = String::new();
         if let Some(mut e) = child.stderr.take() {
@@ -608,7 +613,7 @@ impl Run {
             None => -1,
         };
         self.tally.add(code, &err);
-        code
+        (code, err)
     }
 
     fn client(&self, id: usize) {
@@ -713,25 +718,72 @@ impl Run {
             Fault::PartitionDropReplies => (Mode::DropReplies, servers.len() / 2 + 1),
             _ => (Mode::Blackhole, (servers.len() - 1) / 2),
         };
+        let mut order: Vec<usize> = (0..servers.len()).collect();
+        let mut held = String::new();
+        if fault == Fault::PartitionMinority && entered.is_some() {
+            // A lease may be on a bare majority only (a split vote left it off the rest): a
+            // minority cut from it would leave no majority, and dlock rightly stops the child.
+            // Cut the servers without the lease first, so that a majority of those with it
+            // stays reachable whatever the split.
+            let on = self.lease_on(&victim);
+            order.sort_by_key(|&i| on[i]);
+            held = format!(
+                ", lease on {} of {}",
+                on.iter().filter(|&&h| h).count(),
+                on.len()
+            );
+        }
+        let cut_off = &order[..cut];
         let at = entered.map(|_| {
-            proxies[..cut].iter().for_each(|p| p.set(mode));
+            cut_off.iter().for_each(|&i| proxies[i].set(mode));
             mono_ns()
         });
         // The child of a victim that keeps its lease runs 4 x ttl; give it that and more.
-        let code = self.finish(&mut child, ttl * 6 + Duration::from_secs(10));
+        let (code, said) = self.finish_saying(&mut child, ttl * 6 + Duration::from_secs(10));
         // Healed only once the victim is done, so nothing it sent late can help it.
         drop(proxies);
-        let said = self.tally.said.lock().unwrap().get(&code).cloned();
+        let said = said.trim().replace('\n', " / ");
         Injected {
             fault,
             victim: Some(victim),
             at,
             exit: Some(code),
             outcome: match at {
-                Some(_) => format!("{cut} of {} servers cut, dlock exit {code}", servers.len()),
-                None => format!("never entered, exit {code}: {}", said.unwrap_or_default()),
+                Some(_) => format!(
+                    "servers {cut_off:?} of {} cut{held}, dlock exit {code}: {said}",
+                    servers.len()
+                ),
+                None => format!("never entered, exit {code}: {said}"),
             },
         }
+    }
+
+    /// Per store, in order, whether it holds the lease of `client`'s section.
+    fn lease_on(&self, client: &str) -> Vec<bool> {
+        let token = self
+            .record
+            .lock()
+            .unwrap()
+            .sections
+            .iter()
+            .find(|s| s.client == client)
+            .map(|s| s.token.clone())
+            .unwrap_or_default();
+        let owner = dlock::names::owner_id(&token);
+        let v = self.env.inspect(NAME);
+        v["stores"]
+            .as_array()
+            .map(|stores| {
+                stores
+                    .iter()
+                    .map(|st| {
+                        st["holders"]
+                            .as_array()
+                            .is_some_and(|h| h.iter().any(|h| h["owner"] == owner.as_str()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn store_fault(&self, fault: Fault, setup: &mut Setup) -> Injected {
