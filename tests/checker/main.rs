@@ -352,7 +352,15 @@ impl Setup {
             // Three members; a fault stops or kills the leader (one of three).
             "etcd" => Setup {
                 stores: Stores::Etcd(EtcdServer::cluster(3)),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    NodeKill,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: Duration::from_secs(2),
             },
             "zk" => Setup {
@@ -697,16 +705,26 @@ impl Run {
     /// child runs its whole section and dlock exits 0.
     fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl;
-        let Stores::Redis(servers) = &setup.stores else {
-            unreachable!("partitions are injected on independent Redis servers only")
+        // One proxy per server; the stores the victim is given, and how many servers make a
+        // majority of them (all members of an etcd cluster: it is one store).
+        let (ports, all_one): (Vec<u16>, bool) = match &setup.stores {
+            Stores::Redis(servers) => (servers.iter().map(|s| s.port).collect(), false),
+            Stores::Etcd(e) => ((0..3).map(|i| e.client_port(i)).collect(), true),
+            _ => unreachable!("no partitions on this setup"),
         };
-        let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::to_port(s.port)).collect();
-        let env = Env::with_stores(
-            proxies
-                .iter()
-                .map(|p| format!("redis://{}", p.addr()))
-                .collect(),
-        );
+        let proxies: Vec<Proxy> = ports.iter().map(|&p| Proxy::to_port(p)).collect();
+        let addrs = proxies.iter().map(|p| p.addr());
+        let env = Env::with_stores(if all_one {
+            vec![format!("etcd://{}", addrs.collect::<Vec<_>>().join(","))]
+        } else {
+            addrs.map(|a| format!("redis://{a}")).collect()
+        });
+        let n_servers = ports.len();
+        let majority = if all_one {
+            n_servers
+        } else {
+            n_servers / 2 + 1
+        };
         let victim = format!("v{n}-{}", fault.name());
         let mut child = self
             .dlock_run_on(&env, &victim, ttl * 4)
@@ -714,11 +732,11 @@ impl Run {
             .expect("spawn the victim");
         let entered = self.wait_entered(&victim, &mut child, Duration::from_secs(60));
         let (mode, cut) = match fault {
-            Fault::PartitionBlackhole => (Mode::Blackhole, servers.len() / 2 + 1),
-            Fault::PartitionDropReplies => (Mode::DropReplies, servers.len() / 2 + 1),
-            _ => (Mode::Blackhole, (servers.len() - 1) / 2),
+            Fault::PartitionBlackhole => (Mode::Blackhole, majority),
+            Fault::PartitionDropReplies => (Mode::DropReplies, majority),
+            _ => (Mode::Blackhole, (n_servers - 1) / 2),
         };
-        let mut order: Vec<usize> = (0..servers.len()).collect();
+        let mut order: Vec<usize> = (0..n_servers).collect();
         let mut held = String::new();
         if fault == Fault::PartitionMinority && entered.is_some() {
             // A lease may be on a bare majority only (a split vote left it off the rest): a
@@ -750,8 +768,7 @@ impl Run {
             exit: Some(code),
             outcome: match at {
                 Some(_) => format!(
-                    "servers {cut_off:?} of {} cut{held}, dlock exit {code}: {said}",
-                    servers.len()
+                    "servers {cut_off:?} of {n_servers} cut{held}, dlock exit {code}: {said}"
                 ),
                 None => format!("never entered, exit {code}: {said}"),
             },
