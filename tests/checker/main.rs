@@ -365,17 +365,41 @@ impl Setup {
             },
             "zk" => Setup {
                 stores: Stores::Zk(ZkServer::ensemble(3)),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    NodeKill,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: Duration::from_secs(2),
             },
             "postgres" => Setup {
                 stores: Stores::Postgres(PgServer::start()),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, ServerRestart],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: short,
             },
             "mysql" => Setup {
                 stores: Stores::Mysql(MariaDb::start()),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, ServerRestart],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: short,
             },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
@@ -705,25 +729,28 @@ impl Run {
     /// child runs its whole section and dlock exits 0.
     fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl;
-        // One proxy per server; the stores the victim is given, and how many servers make a
-        // majority of them (all members of an etcd cluster: it is one store).
-        let (ports, all_one): (Vec<u16>, bool) = match &setup.stores {
-            Stores::Redis(servers) => (servers.iter().map(|s| s.port).collect(), false),
-            Stores::Etcd(e) => ((0..3).map(|i| e.client_port(i)).collect(), true),
-            _ => unreachable!("no partitions on this setup"),
-        };
+        // One proxy per server named in the setup's URLs, which the victim is given with
+        // each server's port replaced by its proxy's. A majority is one of the stores of a
+        // quorum, or every server of a single store (the members of an etcd cluster or a
+        // ZooKeeper ensemble are one store).
+        let urls = setup.urls();
+        let ports: Vec<u16> = urls.iter().flat_map(|u| loopback_ports(u)).collect();
         let proxies: Vec<Proxy> = ports.iter().map(|&p| Proxy::to_port(p)).collect();
-        let addrs = proxies.iter().map(|p| p.addr());
-        let env = Env::with_stores(if all_one {
-            vec![format!("etcd://{}", addrs.collect::<Vec<_>>().join(","))]
-        } else {
-            addrs.map(|a| format!("redis://{a}")).collect()
-        });
+        let to_proxy: BTreeMap<u16, u16> = ports
+            .iter()
+            .zip(&proxies)
+            .map(|(&s, p)| (s, p.port))
+            .collect();
+        let env = Env::with_stores(
+            urls.iter()
+                .map(|u| with_ports(u, |p| to_proxy[&p]))
+                .collect(),
+        );
         let n_servers = ports.len();
-        let majority = if all_one {
-            n_servers
+        let majority = if urls.len() > 1 {
+            urls.len() / 2 + 1
         } else {
-            n_servers / 2 + 1
+            n_servers
         };
         let victim = format!("v{n}-{}", fault.name());
         let mut child = self
@@ -903,6 +930,34 @@ impl Run {
             outcome,
         }
     }
+}
+
+/// The ports of the `127.0.0.1:PORT` hosts in a store URL, in order.
+fn loopback_ports(url: &str) -> Vec<u16> {
+    let mut out = Vec::new();
+    with_ports(url, |p| {
+        out.push(p);
+        p
+    });
+    out
+}
+
+/// `url` with the port of every `127.0.0.1:PORT` host mapped by `f`.
+fn with_ports(url: &str, mut f: impl FnMut(u16) -> u16) -> String {
+    const HOST: &str = "127.0.0.1:";
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(i) = rest.find(HOST) {
+        out.push_str(&rest[..i + HOST.len()]);
+        rest = &rest[i + HOST.len()..];
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        out.push_str(&f(rest[..digits].parse().expect("a port")).to_string());
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A store fault on independent Redis servers: `hit` is the minority it takes down.
@@ -1087,8 +1142,17 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
             .min();
         let Some(next) = next else { continue };
         let gap = (next - at) / 1_000_000;
-        s.max_gap_ms = s.max_gap_ms.max(gap);
-        if Duration::from_millis(gap) > ttl + slack {
+        // A cut-off holder's renewals may still reach the store unheard (lost replies) and
+        // keep its lease up to a ttl past its own deadline, and a ZooKeeper session lives on
+        // while its client keeps pinging: after a cut the next holder is due within 3 x ttl
+        // (max-cut-to-next-ms says how long it took). max-free-ms counts the other faults.
+        let due = if f.fault.cuts_majority() {
+            ttl * 3
+        } else {
+            s.max_gap_ms = s.max_gap_ms.max(gap);
+            ttl + slack
+        };
+        if Duration::from_millis(gap) > due {
             s.stuck += 1;
             s.details.push(format!(
                 "stuck: {gap} ms after {} of {victim}",
