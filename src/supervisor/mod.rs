@@ -4,7 +4,10 @@
 //! is renewed every ttl/3 (jittered) by a task of its own. If no renewal has succeeded by
 //! (deadline - kill grace), the group gets SIGTERM, and SIGKILL before the deadline itself:
 //! the child never runs past the client's conservative deadline, which falls before any store
-//! lets the lease go. If dlock dies, the kernel kills the child (parent-death signal).
+//! lets the lease go. A renewal the store refuses (the lease is gone: `unlock --force`, an
+//! expiry) means someone else may hold the lock already: SIGTERM at once, SIGKILL one kill
+//! grace later, by dlock and by its watchdog alike. If dlock dies, the kernel kills the child
+//! (parent-death signal).
 
 pub mod signals;
 pub mod watchdog;
@@ -147,6 +150,10 @@ pub async fn supervise_with(
     let mut term_sent = false;
     let mut kill_sent = false;
     let mut lost: Option<String> = None;
+    // Once the store has said the lease is gone: when the SIGKILL is due. Someone else may
+    // be inside already, so the kill grace runs from that answer, not from the old deadline;
+    // kept, not recomputed, so that a signal forwarded meanwhile does not put it off.
+    let mut gone_kill_at: Option<Instant> = None;
     let mut renewer_done = false;
     // `--max-runtime`: when to send SIGTERM, then (once sent) when to send SIGKILL.
     let stop_at = limits.max_runtime.map(|d| started + d);
@@ -161,7 +168,16 @@ pub async fn supervise_with(
         }
         let mut kill_at = health.deadline - margin;
         let term_at = health.deadline - grace;
-        if let Some(why) = &health.lost {
+        if let Some(why) = &health.lost
+            && gone_kill_at.is_none()
+        {
+            let at = kill_at.min(Instant::now() + grace);
+            gone_kill_at = Some(at);
+            if let Some(d) = &dog {
+                // The watchdog kills `margin / 2` before the deadline it is given: this one
+                // puts its SIGKILL just after dlock's own, for a dlock stopped from now on.
+                d.push((at + margin).min(health.deadline));
+            }
             if lost.is_none() {
                 lost = Some(why.clone());
                 lost_event(why);
@@ -172,7 +188,9 @@ pub async fn supervise_with(
                 }
                 term_sent = true;
             }
-            kill_at = kill_at.min(Instant::now() + grace);
+        }
+        if let Some(at) = gone_kill_at {
+            kill_at = kill_at.min(at);
         }
         tokio::select! {
             status = child.wait() => break status,

@@ -83,7 +83,8 @@ impl Watchdog {
         Announcer(self.fd)
     }
 
-    /// The lease was renewed: the new deadline.
+    /// A new deadline: later when the lease was renewed, sooner when the store said it is
+    /// gone (the watchdog then has to kill sooner too).
     pub fn push(&self, deadline: Instant) {
         self.send(kernel_ns(deadline));
     }

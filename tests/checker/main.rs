@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
 use common::postgres::PgServer;
+use common::proxy::{Mode, Proxy};
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use common::{Env, signal, temp_dir, wait_child};
@@ -225,6 +226,14 @@ enum Fault {
     /// Crash a database server (SIGKILL, or PostgreSQL's immediate shutdown) and start it
     /// again at once on its data: committed rows survive, every session is cut.
     ServerRestart,
+    /// Partition a holder from its store, or from a majority of a quorum (its own fault
+    /// proxies turn into blackholes).
+    PartitionBlackhole,
+    /// Lose every reply to a holder from its store, or from a majority of a quorum: its
+    /// renewals reach the servers and act, unheard.
+    PartitionDropReplies,
+    /// Partition a holder from a minority of a quorum: it must keep its lock.
+    PartitionMinority,
 }
 
 impl Fault {
@@ -239,7 +248,22 @@ impl Fault {
             Fault::NodeKill => "node-kill",
             Fault::MasterKill => "master-kill",
             Fault::ServerRestart => "server-restart",
+            Fault::PartitionBlackhole => "partition-blackhole",
+            Fault::PartitionDropReplies => "partition-drop-replies",
+            Fault::PartitionMinority => "partition-minority",
         }
+    }
+
+    fn is_partition(self) -> bool {
+        self.cuts_majority() || self == Fault::PartitionMinority
+    }
+
+    /// A partition that leaves the holder without a majority: it must stop its child.
+    fn cuts_majority(self) -> bool {
+        matches!(
+            self,
+            Fault::PartitionBlackhole | Fault::PartitionDropReplies
+        )
     }
 }
 
@@ -292,7 +316,15 @@ impl Setup {
             // (README: fences need appendfsync always), so it only restarts from its AOF.
             "redis" => Setup {
                 stores: Stores::Redis(redis(1)),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, RestartAof],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    RestartAof,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: short,
             },
             "quorum3" | "quorum5" => Setup {
@@ -304,6 +336,9 @@ impl Setup {
                     StoreStop,
                     RestartAof,
                     RestartEmpty,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    PartitionMinority,
                 ],
                 min_ttl: short,
             },
@@ -317,22 +352,54 @@ impl Setup {
             // Three members; a fault stops or kills the leader (one of three).
             "etcd" => Setup {
                 stores: Stores::Etcd(EtcdServer::cluster(3)),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    NodeKill,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: Duration::from_secs(2),
             },
             "zk" => Setup {
                 stores: Stores::Zk(ZkServer::ensemble(3)),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, NodeKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    NodeKill,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: Duration::from_secs(2),
             },
             "postgres" => Setup {
                 stores: Stores::Postgres(PgServer::start()),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, ServerRestart],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: short,
             },
             "mysql" => Setup {
                 stores: Stores::Mysql(MariaDb::start()),
-                faults: vec![HolderKill, HolderStop, ClockJump, StoreStop, ServerRestart],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                ],
                 min_ttl: short,
             },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
@@ -464,8 +531,10 @@ struct Injected {
     fault: Fault,
     /// The victim client's id in the log, for holder faults.
     victim: Option<String>,
-    /// When the holder died or froze (for the stuck-lock check).
+    /// When the holder died or froze, or was cut off (for the stuck-lock check).
     at: Option<u64>,
+    /// The victim's `dlock run` exit code, for the partition faults (which require 70).
+    exit: Option<i32>,
     outcome: String,
 }
 
@@ -500,7 +569,12 @@ struct Run {
 
 impl Run {
     fn dlock_run(&self, client: &str, hold: Duration) -> Command {
-        let mut c = self.env.cmd();
+        self.dlock_run_on(&self.env, client, hold)
+    }
+
+    /// `dlock run` as `dlock_run`, on the stores of `env`.
+    fn dlock_run_on(&self, env: &Env, client: &str, hold: Duration) -> Command {
+        let mut c = env.cmd();
         c.args(["run", NAME, "--ttl"])
             .arg(humantime::format_duration(self.cfg.ttl).to_string())
             .args(["-w", "60s", "--"])
@@ -554,6 +628,11 @@ impl Run {
     }
 
     fn finish(&self, child: &mut Child, limit: Duration) -> i32 {
+        self.finish_saying(child, limit).0
+    }
+
+    /// `finish`, also returning what dlock said on stderr.
+    fn finish_saying(&self, child: &mut Child, limit: Duration) -> (i32, String) {
         let status = wait_child(child, limit);
         let mut err = String::new();
         if let Some(mut e) = child.stderr.take() {
@@ -566,7 +645,7 @@ impl Run {
             None => -1,
         };
         self.tally.add(code, &err);
-        code
+        (code, err)
     }
 
     fn client(&self, id: usize) {
@@ -600,6 +679,7 @@ impl Run {
                 fault,
                 victim: Some(victim),
                 at: None,
+                exit: None,
                 outcome: match code {
                     // dlock refused to time a lease on the bent clock.
                     1 => format!("refused, exit {code}: {}", said.unwrap_or_default()),
@@ -636,8 +716,118 @@ impl Run {
             fault,
             victim: Some(victim),
             at,
+            exit: None,
             outcome,
         }
+    }
+
+    /// A holder cut off from its stores: the victim reaches every server through a fault
+    /// proxy of its own, and once it is in its section the proxies of a majority (the one
+    /// server of a single store) turn into blackholes or drop every reply. dlock must stop
+    /// the child (exit 70) before the lease can run out on the stores, so within the ttl of
+    /// the cut and before anybody else enters. Cut from a minority, it keeps its lock: the
+    /// child runs its whole section and dlock exits 0.
+    fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
+        let ttl = self.cfg.ttl;
+        // One proxy per server named in the setup's URLs, which the victim is given with
+        // each server's port replaced by its proxy's. A majority is one of the stores of a
+        // quorum, or every server of a single store (the members of an etcd cluster or a
+        // ZooKeeper ensemble are one store).
+        let urls = setup.urls();
+        let ports: Vec<u16> = urls.iter().flat_map(|u| loopback_ports(u)).collect();
+        let proxies: Vec<Proxy> = ports.iter().map(|&p| Proxy::to_port(p)).collect();
+        let to_proxy: BTreeMap<u16, u16> = ports
+            .iter()
+            .zip(&proxies)
+            .map(|(&s, p)| (s, p.port))
+            .collect();
+        let env = Env::with_stores(
+            urls.iter()
+                .map(|u| with_ports(u, |p| to_proxy[&p]))
+                .collect(),
+        );
+        let n_servers = ports.len();
+        let majority = if urls.len() > 1 {
+            urls.len() / 2 + 1
+        } else {
+            n_servers
+        };
+        let victim = format!("v{n}-{}", fault.name());
+        let mut child = self
+            .dlock_run_on(&env, &victim, ttl * 4)
+            .spawn()
+            .expect("spawn the victim");
+        let entered = self.wait_entered(&victim, &mut child, Duration::from_secs(60));
+        let (mode, cut) = match fault {
+            Fault::PartitionBlackhole => (Mode::Blackhole, majority),
+            Fault::PartitionDropReplies => (Mode::DropReplies, majority),
+            _ => (Mode::Blackhole, (n_servers - 1) / 2),
+        };
+        let mut order: Vec<usize> = (0..n_servers).collect();
+        let mut held = String::new();
+        if fault == Fault::PartitionMinority && entered.is_some() {
+            // A lease may be on a bare majority only (a split vote left it off the rest): a
+            // minority cut from it would leave no majority, and dlock rightly stops the child.
+            // Cut the servers without the lease first, so that a majority of those with it
+            // stays reachable whatever the split.
+            let on = self.lease_on(&victim);
+            order.sort_by_key(|&i| on[i]);
+            held = format!(
+                ", lease on {} of {}",
+                on.iter().filter(|&&h| h).count(),
+                on.len()
+            );
+        }
+        let cut_off = &order[..cut];
+        let at = entered.map(|_| {
+            cut_off.iter().for_each(|&i| proxies[i].set(mode));
+            mono_ns()
+        });
+        // The child of a victim that keeps its lease runs 4 x ttl; give it that and more.
+        let (code, said) = self.finish_saying(&mut child, ttl * 6 + Duration::from_secs(10));
+        // Healed only once the victim is done, so nothing it sent late can help it.
+        drop(proxies);
+        let said = said.trim().replace('\n', " / ");
+        Injected {
+            fault,
+            victim: Some(victim),
+            at,
+            exit: Some(code),
+            outcome: match at {
+                Some(_) => format!(
+                    "servers {cut_off:?} of {n_servers} cut{held}, dlock exit {code}: {said}"
+                ),
+                None => format!("never entered, exit {code}: {said}"),
+            },
+        }
+    }
+
+    /// Per store, in order, whether it holds the lease of `client`'s section.
+    fn lease_on(&self, client: &str) -> Vec<bool> {
+        let token = self
+            .record
+            .lock()
+            .unwrap()
+            .sections
+            .iter()
+            .find(|s| s.client == client)
+            .map(|s| s.token.clone())
+            .unwrap_or_default();
+        let owner = dlock::names::owner_id(&token);
+        let v = self.env.inspect(NAME);
+        v["stores"]
+            .as_array()
+            .map(|stores| {
+                stores
+                    .iter()
+                    .map(|st| {
+                        st["holders"]
+                            .as_array()
+                            .is_some_and(|h| h.iter().any(|h| h["owner"] == owner.as_str()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn store_fault(&self, fault: Fault, setup: &mut Setup) -> Injected {
@@ -736,9 +926,38 @@ impl Run {
             fault,
             victim: None,
             at: None,
+            exit: None,
             outcome,
         }
     }
+}
+
+/// The ports of the `127.0.0.1:PORT` hosts in a store URL, in order.
+fn loopback_ports(url: &str) -> Vec<u16> {
+    let mut out = Vec::new();
+    with_ports(url, |p| {
+        out.push(p);
+        p
+    });
+    out
+}
+
+/// `url` with the port of every `127.0.0.1:PORT` host mapped by `f`.
+fn with_ports(url: &str, mut f: impl FnMut(u16) -> u16) -> String {
+    const HOST: &str = "127.0.0.1:";
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(i) = rest.find(HOST) {
+        out.push_str(&rest[..i + HOST.len()]);
+        rest = &rest[i + HOST.len()..];
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        out.push_str(&f(rest[..digits].parse().expect("a port")).to_string());
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A store fault on independent Redis servers: `hit` is the minority it takes down.
@@ -788,6 +1007,14 @@ struct Summary {
     /// handoff between processes (release, wake-up, grant, fork and exec of the next child).
     median_handoff_us: u64,
     left_behind: usize,
+    /// Partitions: the longest time from the cut to the victim's child being stopped, and
+    /// to the next section of someone else; and the victims not stopped within the ttl or
+    /// whose dlock did not exit 70.
+    max_cut_stop_ms: Option<u64>,
+    max_cut_next_ms: Option<u64>,
+    late_stops: usize,
+    /// Holders cut from a minority of a quorum that did not keep their lock (dlock exit 0).
+    minority_losses: Option<usize>,
     details: Vec<String>,
 }
 
@@ -856,10 +1083,55 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
         }
         top = top.max(cur.fence);
     }
+    // Partitions: the victim's child stopped (dlock exit 70) within the ttl of the cut.
+    for f in faults
+        .iter()
+        .filter(|f| f.fault == Fault::PartitionMinority)
+    {
+        let losses = s.minority_losses.get_or_insert(0);
+        if f.at.is_some() && f.exit != Some(0) {
+            *losses += 1;
+            s.details.push(format!(
+                "minority loss: {:?} cut from a minority ended with dlock exit {:?}",
+                f.victim, f.exit
+            ));
+        }
+    }
+    for f in faults.iter().filter(|f| f.fault.cuts_majority()) {
+        let (Some(at), Some(victim)) = (f.at, &f.victim) else {
+            continue;
+        };
+        let end = secs
+            .iter()
+            .find(|x| &x.client == victim)
+            .map_or(u64::MAX, Section::end);
+        let stop = end.saturating_sub(at) / 1_000_000;
+        s.max_cut_stop_ms = Some(s.max_cut_stop_ms.unwrap_or(0).max(stop));
+        let next = secs
+            .iter()
+            .filter(|x| x.enter > at && &x.client != victim)
+            .map(|x| (x.enter - at) / 1_000_000)
+            .min();
+        if let Some(next) = next {
+            s.max_cut_next_ms = Some(s.max_cut_next_ms.unwrap_or(0).max(next));
+        }
+        if Duration::from_millis(stop) > ttl || f.exit != Some(70) {
+            s.late_stops += 1;
+            s.details.push(format!(
+                "late stop: {victim}'s child ran {stop} ms after the {}, dlock exit {:?}",
+                f.fault.name(),
+                f.exit
+            ));
+        }
+    }
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
     let slack = (ttl / 2).max(Duration::from_millis(500));
-    for f in faults {
+    // A holder cut from a minority keeps its lock: nobody is due to enter after it.
+    for f in faults
+        .iter()
+        .filter(|f| f.fault != Fault::PartitionMinority)
+    {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;
         };
@@ -870,8 +1142,17 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
             .min();
         let Some(next) = next else { continue };
         let gap = (next - at) / 1_000_000;
-        s.max_gap_ms = s.max_gap_ms.max(gap);
-        if Duration::from_millis(gap) > ttl + slack {
+        // A cut-off holder's renewals may still reach the store unheard (lost replies) and
+        // keep its lease up to a ttl past its own deadline, and a ZooKeeper session lives on
+        // while its client keeps pinging: after a cut the next holder is due within 3 x ttl
+        // (max-cut-to-next-ms says how long it took). max-free-ms counts the other faults.
+        let due = if f.fault.cuts_majority() {
+            ttl * 3
+        } else {
+            s.max_gap_ms = s.max_gap_ms.max(gap);
+            ttl + slack
+        };
+        if Duration::from_millis(gap) > due {
             s.stuck += 1;
             s.details.push(format!(
                 "stuck: {gap} ms after {} of {victim}",
@@ -935,6 +1216,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let fault = setup.faults[n % setup.faults.len()];
         let inj = match fault {
             Fault::HolderKill | Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
+            f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };
         injected.push(inj);
@@ -1004,10 +1286,22 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
                 .join(",")
         )
     };
+    // Only setups with partitions report them.
+    let mut cuts_txt = match (summary.max_cut_stop_ms, summary.max_cut_next_ms) {
+        (None, _) => String::new(),
+        (Some(stop), next) => format!(
+            " late-stops={} max-cut-to-stop-ms={stop} max-cut-to-next-ms={}",
+            summary.late_stops,
+            next.map_or("-".to_string(), |n| n.to_string())
+        ),
+    };
+    if let Some(n) = summary.minority_losses {
+        cuts_txt.push_str(&format!(" minority-cut-losses={n}"));
+    }
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
-         fence-regressions={} stuck={} left-behind={}{beyond_txt} max-free-ms={} median-handoff-ms={:.2} \
-         exits={} time={:.0}s{}",
+         fence-regressions={} stuck={} left-behind={}{beyond_txt}{cuts_txt} max-free-ms={} \
+         median-handoff-ms={:.2} exits={} time={:.0}s{}",
         summary.sections,
         run.cfg.clients,
         humantime::format_duration(run.cfg.ttl),
@@ -1035,6 +1329,8 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         && summary.fence_regressions == 0
         && summary.stuck == 0
         && summary.left_behind == 0
+        && summary.late_stops == 0
+        && summary.minority_losses.unwrap_or(0) == 0
         && !stalled;
     if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
         for d in &summary.details {

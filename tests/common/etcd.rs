@@ -146,6 +146,11 @@ impl EtcdServer {
         all.join(",")
     }
 
+    /// The client port of node `i`.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.nodes[i].client
+    }
+
     /// The store URL naming every node.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self

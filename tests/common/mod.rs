@@ -8,6 +8,7 @@ pub mod etcd;
 pub mod mysql;
 pub mod pgbouncer;
 pub mod postgres;
+pub mod proxy;
 pub mod redis;
 pub mod zk;
 

@@ -87,9 +87,17 @@ impl Inner {
                     None => taken.set(self.new_lease(lease_secs(req.ttl)).await?),
                 };
                 // From here the lease may hold this grant's keys (even if the answer is
-                // lost): only a grant known to have failed its compares gives it back.
+                // lost): only a grant known to have failed its compares gives it back. Until
+                // the answer comes, the token's release revokes the lease, with no read
+                // first: a grant that errs or times out is given back as soon as the engine
+                // releases it, not a ttl later (design rule 4).
                 let spent = taken.spend();
-                let g = self.grant(req, &snap, l).await?;
+                self.token(&req.token, |t| t.unheard = Some(l.id));
+                let g = self.grant(req, &snap, l).await;
+                if g.is_ok() {
+                    self.token(&req.token, |t| t.unheard = None);
+                }
+                let g = g?;
                 if let Some(granted) = g {
                     if spare.is_some_and(|s| s.id == l.id) {
                         self.token(&req.token, |t| t.spare = None);

@@ -118,6 +118,7 @@ impl Inner {
                 started: None,
             })
             .collect();
+        self.heard(&req.token, &leases);
         let used = self.token(&req.token, |t| t.spare.take());
         if let Some(l) = used.filter(|l| !leases.contains(&l.id)) {
             self.recycle(l);

@@ -97,7 +97,7 @@ impl<'a> Keyless<'a> {
     }
 
     /// The lease is about to hold keys (or may, if the answer is lost): the pool must never
-    /// have it. If the write fails, the keys (if any) and the lease simply run out.
+    /// have it. If the write's answer is lost, the token's release revokes it (`unheard`).
     pub fn spend(&mut self) -> Option<Free> {
         self.lease.take()
     }

@@ -25,7 +25,7 @@ mod release;
 mod view;
 mod watch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,6 +109,10 @@ struct Token {
     block: Option<Block>,
     /// While holding: what it last wrote, for its release.
     held: Option<Held>,
+    /// A lease a grant transaction was sent on whose answer never came back (an error, or
+    /// the engine's timeout dropped the attempt): etcd may have applied it, so the lease may
+    /// hold this token's keys. Its release revokes it (see `release`).
+    unheard: Option<i64>,
 }
 
 impl Token {
@@ -117,6 +121,7 @@ impl Token {
             && self.spare.is_none()
             && self.block.is_none()
             && self.held.is_none()
+            && self.unheard.is_none()
     }
 }
 
@@ -190,6 +195,15 @@ impl Inner {
             return Err(StoreError::protocol("etcd: malformed read answer"));
         }
         Ok(out)
+    }
+
+    /// The token's entries were found on `leases`: an unheard grant among them is heard now.
+    fn heard(&self, token: &str, leases: &HashSet<i64>) {
+        self.token(token, |t| {
+            if t.unheard.is_some_and(|l| leases.contains(&l)) {
+                t.unheard = None;
+            }
+        });
     }
 
     /// Read or change what this process keeps for `token`, under the one lock.

@@ -38,6 +38,7 @@ impl Inner {
                 return Ok(false);
             }
         }
+        self.heard(token, &leases);
         let want = lease_secs(ttl).max(self.min_ttl.load(Ordering::Relaxed));
         if seen.iter().all(|s| s.entry.lease_ttl == want) {
             return Ok(true);
@@ -93,6 +94,37 @@ impl Inner {
     pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
         let spare = self.done_waiting(token);
         let held = self.token(token, |t| t.held.take());
+        let unheard = self.token(token, |t| t.unheard.take());
+        // Leases that may hold this token's keys without this process knowing: a grant whose
+        // answer was lost, and, for a token not known to hold, the spare a release may have
+        // handed the lock over on while its listener heard nothing. A revoke deletes their
+        // keys with no read first, so it works even when no answer comes back (while the
+        // replies are lost, the read below never does); it is sent alongside the read.
+        let (spare, blind): (Option<Free>, Vec<i64>) = match spare {
+            Some(l) if held.is_none() => (None, unheard.into_iter().chain([l.id]).collect()),
+            spare => (spare, unheard.into_iter().collect()),
+        };
+        if blind.is_empty() {
+            return self.release_entries(names, token, spare, held, &[]).await;
+        }
+        let revoked = futures_util::future::join_all(blind.iter().map(|&id| self.revoke(id)));
+        let (released, _) = tokio::join!(
+            self.release_entries(names, token, spare, held, &blind),
+            revoked
+        );
+        released
+    }
+
+    /// `release` by what the grant read or a read now: one transaction, guarded by the
+    /// revisions read. Leases in `revoked` are being revoked: never pooled.
+    async fn release_entries(
+        &self,
+        names: &[String],
+        token: &str,
+        spare: Option<Free>,
+        held: Option<super::Held>,
+        revoked: &[i64],
+    ) -> StoreResult<bool> {
         let renewed = held.as_ref().and_then(|h| h.renewed);
         // What the grant read shows the waiters queued by then. When it shows no heir, one
         // read finds any that queued since: after a longer hold, or when a handover passed on
@@ -178,7 +210,7 @@ impl Inner {
                 if let Some(l) = spare.filter(|l| !leases.iter().any(|(id, _)| *id == l.id)) {
                     self.recycle(l);
                 }
-                for (id, ttl) in leases {
+                for (id, ttl) in leases.into_iter().filter(|(id, _)| !revoked.contains(id)) {
                     match ttl {
                         Some(ttl) => self.recycle(Free {
                             id,

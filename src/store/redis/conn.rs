@@ -2,6 +2,7 @@
 //! written once. Scripts run by EVALSHA (loaded on NOSCRIPT); every key of one lock shares a
 //! hash tag, so in a cluster each script runs whole on the one master that owns the lock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -59,14 +60,21 @@ impl Conn {
     /// Run a script. With `wait`, also have `WAIT replicas timeout` confirm that the
     /// script's writes reached that many replicas, on the master that ran it; on one server
     /// both go in one pipeline (one round trip).
+    ///
+    /// `cold` is set once a server answered NOSCRIPT (it started with an empty script
+    /// cache, so it may lack the others too); from then on scripts are sent whole. A script
+    /// sent by hash needs its NOSCRIPT answer heard before it is sent again whole, so when
+    /// answers are being lost (say a grant's, whose attempt is then released), a release
+    /// sent by hash would never run at all.
     pub async fn eval(
         &self,
         lua: &Lua,
         keys: &[String],
         args: &[String],
         wait: Option<(u32, Duration)>,
+        cold: &AtomicBool,
     ) -> RedisResult<(Value, Option<i64>)> {
-        let mut by_hash = true;
+        let mut by_hash = !cold.load(Ordering::Relaxed);
         loop {
             let call = lua.call(by_hash, keys, args);
             let result = match (self, wait) {
@@ -101,7 +109,10 @@ impl Conn {
                 },
             };
             match result {
-                Err(e) if by_hash && no_script(&e) => by_hash = false,
+                Err(e) if by_hash && no_script(&e) => {
+                    cold.store(true, Ordering::Relaxed);
+                    by_hash = false;
+                }
                 other => return other,
             }
         }

@@ -18,6 +18,7 @@ mod conn;
 mod connect;
 mod doctor;
 
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -46,6 +47,8 @@ struct Scripts {
     force: Lua,
     raise: Lua,
     inspect: Lua,
+    /// A server answered NOSCRIPT: send scripts whole from now on (see `Conn::eval`).
+    cold: AtomicBool,
 }
 
 impl Scripts {
@@ -57,6 +60,7 @@ impl Scripts {
             force: Lua::new(script!("force.lua")),
             raise: Lua::new(script!("raise.lua")),
             inspect: Lua::new(script!("inspect.lua")),
+            cold: AtomicBool::new(false),
         }
     }
 }
@@ -308,7 +312,9 @@ impl RedisStore {
         names: &[String],
         args: &[String],
     ) -> StoreResult<T> {
-        let (v, _) = match self.conn.eval(lua, &self.keys_of(names), args, None).await {
+        let keys = self.keys_of(names);
+        let cold = &self.scripts.cold;
+        let (v, _) = match self.conn.eval(lua, &keys, args, None, cold).await {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
@@ -328,7 +334,9 @@ impl RedisStore {
         // WAIT's timeout is checked on Redis's 100 ms cron, so it may run that much over: keep
         // it to a quarter of the per-store time.
         let wait = self.wait_replicas.map(|n| (n, self.timeout / 4));
-        let (v, acked) = match self.conn.eval(lua, &self.keys_of(names), args, wait).await {
+        let keys = self.keys_of(names);
+        let cold = &self.scripts.cold;
+        let (v, acked) = match self.conn.eval(lua, &keys, args, wait, cold).await {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
