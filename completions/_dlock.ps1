@@ -112,6 +112,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;run' {
+            [CompletionResult]::new('--any', '--any', [CompletionResultType]::ParameterName, 'Take whichever of these names is free first (tried in a random rotation; waits on all of them); the command learns which from DLOCK_NAME. End the names with `--`')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease time; renewed by `run`, kept until then by `lock`')
             [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most this long for the lock (default: forever)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most this long for the lock (default: forever)')

@@ -105,6 +105,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;run'= {
+            cand --any 'Take whichever of these names is free first (tried in a random rotation; waits on all of them); the command learns which from DLOCK_NAME. End the names with `--`'
             cand --ttl 'Lease time; renewed by `run`, kept until then by `lock`'
             cand -w 'Wait at most this long for the lock (default: forever)'
             cand --wait 'Wait at most this long for the lock (default: forever)'

@@ -90,6 +90,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand extend" -s v -l verbose -d '
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l any -d 'Take whichever of these names is free first (tried in a random rotation; waits on all of them); the command learns which from DLOCK_NAME. End the names with `--`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r

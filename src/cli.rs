@@ -199,9 +199,15 @@ pub struct ExtendArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Lock name
-    #[arg(value_parser = names::parse_name)]
-    pub name: String,
+    /// Lock name (with --any, none: every name goes to --any)
+    // Checked by `run` (names::parse_name): with --any this slot holds the command's first
+    // word, since clap fills positionals in order, `--` or not.
+    #[arg(value_name = "NAME")]
+    pub name: Option<OsString>,
+    /// Take whichever of these names is free first (tried in a random rotation; waits on all
+    /// of them); the command learns which from DLOCK_NAME. End the names with `--`.
+    #[arg(long, value_name = "NAME", num_args = 1.., value_parser = names::parse_name)]
+    pub any: Vec<String>,
     #[command(flatten)]
     pub acquire: AcquireArgs,
     #[command(flatten)]
@@ -216,7 +222,9 @@ pub struct RunArgs {
     // No allow_hyphen_values: a word that looks like a flag before the command (a typo, a flag
     // of another version) is a usage error naming it, never a command to execute; after `--`
     // or after the command's first word, everything is the command's.
-    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
+    // Required, but checked by `run` itself: clap allows no optional positional (the name,
+    // with --any) before a required one.
+    #[arg(value_name = "CMD", num_args = 1.., trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 

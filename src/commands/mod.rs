@@ -16,6 +16,9 @@ mod waiting;
 use std::ffi::OsString;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 
 use crate::cli::{AcquireArgs, Command, HolderArgs, ModeArgs};
@@ -92,6 +95,18 @@ pub async fn acquire_with(
     args: &AcquireArgs,
     events: &Events,
 ) -> Result<Lease> {
+    acquire_any(ctx, std::slice::from_ref(req), args, events).await
+}
+
+/// `acquire_with` for alternatives (`run --any`): every request waits at once, each in its
+/// own queue, and the first granted wins; the others are withdrawn, and released if they were
+/// granted meanwhile. `reqs` come in the order to try them (first sent, first answered).
+pub async fn acquire_any(
+    ctx: &Ctx,
+    reqs: &[Acquire],
+    args: &AcquireArgs,
+    events: &Events,
+) -> Result<Lease> {
     let wait = match (args.no_wait, args.wait) {
         (true, _) => Wait::No,
         (false, Some(d)) => Wait::For(d),
@@ -100,20 +115,35 @@ pub async fn acquire_with(
     let mut signals = Signals::catch(&STOPPING)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     let (busy, busy_seen) = tokio::sync::watch::channel(0u32);
-    let mut waiting = Waiting::new(&ctx.out, &ctx.engine, &req.names, Some(&req.token), events);
+    let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
+    let token = (reqs.len() == 1).then(|| reqs[0].token.as_str());
+    let mut waiting = Waiting::new(&ctx.out, &ctx.engine, &all, token, events);
     let ended = tokio::select! {
-        r = ctx.engine.acquire_reporting(req, wait, Some(&busy)) => Ok(r),
+        r = first_granted(&ctx.engine, reqs, wait, &busy) => Ok(r),
         sig = signals.recv() => Err(sig),
         never = waiting.follow(busy_seen) => match never {},
     };
-    let r = match ended {
+    let withdraw = |except: Option<usize>| {
+        join_all(
+            reqs.iter()
+                .enumerate()
+                .filter(move |(i, _)| Some(*i) != except)
+                .map(|(_, r)| ctx.engine.release(&r.names, &r.token)),
+        )
+    };
+    let (won, r) = match ended {
         Ok(r) => r,
         Err(sig) => {
             waiting.finish(Outcome::Interrupted);
-            ctx.engine.release(&req.names, &req.token).await;
+            withdraw(None).await;
             return Err(Error::new(ExitCode::Raw(128 + sig), ""));
         }
     };
+    if reqs.len() > 1 {
+        // The losers' queue entries (and any grant that raced the winner's) must not stay.
+        withdraw(r.as_ref().ok().map(|_| won)).await;
+    }
+    let req = &reqs[won];
     waiting.finish(if r.is_ok() {
         Outcome::Acquired
     } else {
@@ -135,7 +165,10 @@ pub async fn acquire_with(
             ),
         );
     }
-    let what = req.names.join(", ");
+    let what = match reqs.len() {
+        1 => req.names.join(", "),
+        _ => format!("each of {}", all.join(", ")),
+    };
     r.map_err(|e| match e {
         EngineError::NotAcquired => {
             let code = args
@@ -197,4 +230,27 @@ fn took() -> String {
 
 pub fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
+}
+
+/// The first of `reqs` to be granted, with its index; if none is, the last answer (every
+/// request ran to its end: busy, timed out, or failed).
+async fn first_granted(
+    engine: &Engine,
+    reqs: &[Acquire],
+    wait: Wait,
+    busy: &tokio::sync::watch::Sender<u32>,
+) -> (usize, std::result::Result<Lease, EngineError>) {
+    let mut racing: FuturesUnordered<_> = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| async move { (i, engine.acquire_reporting(r, wait, Some(busy)).await) })
+        .collect();
+    let mut last = None;
+    while let Some((i, r)) = racing.next().await {
+        if r.is_ok() {
+            return (i, r);
+        }
+        last = Some((i, r));
+    }
+    last.expect("at least one request")
 }

@@ -1,12 +1,14 @@
 //! `dlock run` (alias `run-with-lock`): hold a lock for as long as a command runs.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use super::Ctx;
-use super::{acquire_with, holder_request, mode};
+use super::{acquire_any, holder_request, mode};
 use crate::cli::RunArgs;
 use crate::events::Events;
 use crate::exit::{Error, ExitCode, Result};
+use crate::names;
 use crate::supervisor::signals::{STOPPING, Signals};
 use crate::supervisor::{self, Limits};
 
@@ -18,15 +20,21 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     // With --hold-min the lease must outlive dlock (as `lock`'s does): it is left to expire
     // on the store after the command ends.
     let detached = limits.hold_min.is_some();
-    let req = holder_request(
-        vec![args.name],
-        mode(&args.mode),
-        args.acquire.ttl,
-        &args.command,
-        detached,
-        &args.holder,
-    );
-    let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
+    let (names, command) = names_and_command(args.name, args.any, args.command)?;
+    let reqs: Vec<_> = names
+        .into_iter()
+        .map(|name| {
+            holder_request(
+                vec![name],
+                mode(&args.mode),
+                args.acquire.ttl,
+                &command,
+                detached,
+                &args.holder,
+            )
+        })
+        .collect();
+    let grace = supervisor::kill_grace(args.supervise.kill_grace, args.acquire.ttl)?;
     // dlock prints no result of its own on stdout here, so `--events -` may use it.
     let events = Events::open(args.holder.events.as_deref(), true)?;
     if let Some(most) = args.cron.jitter {
@@ -35,13 +43,13 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let dog = supervisor::standby_watchdog(&ctx.out, grace);
     let ended = async {
         // A run that does not get its lock drops its watchdog, which then ends.
-        let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
+        let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         supervisor::supervise_with(
             &ctx.engine,
             &ctx.out,
             lease,
             dog,
-            &args.command,
+            &command,
             grace,
             limits,
             &events,
@@ -67,4 +75,39 @@ async fn jitter(ctx: &Ctx, most: Duration) -> Result<()> {
         _ = tokio::time::sleep(pause) => Ok(()),
         sig = signals.recv() => Err(Error::new(ExitCode::Raw(128 + sig), "")),
     }
+}
+
+/// The names a run may take and its command. Without --any: the one name, checked. With it:
+/// --any's names, each once, in a random rotation (when several are free, the first asked is
+/// granted first, so a fixed order would send every run to the same one; a rotation keeps
+/// the user's order and spreads the start), and the positional slot, if filled, is the
+/// command's first word.
+fn names_and_command(
+    name: Option<OsString>,
+    any: Vec<String>,
+    mut command: Vec<OsString>,
+) -> Result<(Vec<String>, Vec<OsString>)> {
+    let names = if any.is_empty() {
+        let name = name.ok_or_else(|| Error::usage("dlock run needs a lock name"))?;
+        let text = name
+            .to_str()
+            .ok_or_else(|| Error::usage(format!("the lock name {name:?} is not valid UTF-8")))?;
+        vec![names::parse_name(text).map_err(|e| Error::usage(format!("invalid lock name: {e}")))?]
+    } else {
+        if let Some(first) = name {
+            command.insert(0, first);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut names = any;
+        names.retain(|n| seen.insert(n.clone()));
+        let start = rand::random::<u64>() as usize % names.len();
+        names.rotate_left(start);
+        names
+    };
+    if command.is_empty() {
+        return Err(Error::usage(
+            "no command to run: give it after the lock name, as in `dlock run NAME -- CMD`",
+        ));
+    }
+    Ok((names, command))
 }

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod any;
 mod bad_input;
 mod cli;
 mod conformance;
