@@ -12,6 +12,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod partition;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -27,7 +28,6 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
 use common::postgres::PgServer;
-use common::proxy::{Mode, Proxy};
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use common::{Env, signal, temp_dir, wait_child};
@@ -721,115 +721,6 @@ impl Run {
         }
     }
 
-    /// A holder cut off from its stores: the victim reaches every server through a fault
-    /// proxy of its own, and once it is in its section the proxies of a majority (the one
-    /// server of a single store) turn into blackholes or drop every reply. dlock must stop
-    /// the child (exit 70) before the lease can run out on the stores, so within the ttl of
-    /// the cut and before anybody else enters. Cut from a minority, it keeps its lock: the
-    /// child runs its whole section and dlock exits 0.
-    fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
-        let ttl = self.cfg.ttl;
-        // One proxy per server named in the setup's URLs, which the victim is given with
-        // each server's port replaced by its proxy's. A majority is one of the stores of a
-        // quorum, or every server of a single store (the members of an etcd cluster or a
-        // ZooKeeper ensemble are one store).
-        let urls = setup.urls();
-        let ports: Vec<u16> = urls.iter().flat_map(|u| loopback_ports(u)).collect();
-        let proxies: Vec<Proxy> = ports.iter().map(|&p| Proxy::to_port(p)).collect();
-        let to_proxy: BTreeMap<u16, u16> = ports
-            .iter()
-            .zip(&proxies)
-            .map(|(&s, p)| (s, p.port))
-            .collect();
-        let env = Env::with_stores(
-            urls.iter()
-                .map(|u| with_ports(u, |p| to_proxy[&p]))
-                .collect(),
-        );
-        let n_servers = ports.len();
-        let majority = if urls.len() > 1 {
-            urls.len() / 2 + 1
-        } else {
-            n_servers
-        };
-        let victim = format!("v{n}-{}", fault.name());
-        let mut child = self
-            .dlock_run_on(&env, &victim, ttl * 4)
-            .spawn()
-            .expect("spawn the victim");
-        let entered = self.wait_entered(&victim, &mut child, Duration::from_secs(60));
-        let (mode, cut) = match fault {
-            Fault::PartitionBlackhole => (Mode::Blackhole, majority),
-            Fault::PartitionDropReplies => (Mode::DropReplies, majority),
-            _ => (Mode::Blackhole, (n_servers - 1) / 2),
-        };
-        let mut order: Vec<usize> = (0..n_servers).collect();
-        let mut held = String::new();
-        if fault == Fault::PartitionMinority && entered.is_some() {
-            // A lease may be on a bare majority only (a split vote left it off the rest): a
-            // minority cut from it would leave no majority, and dlock rightly stops the child.
-            // Cut the servers without the lease first, so that a majority of those with it
-            // stays reachable whatever the split.
-            let on = self.lease_on(&victim);
-            order.sort_by_key(|&i| on[i]);
-            held = format!(
-                ", lease on {} of {}",
-                on.iter().filter(|&&h| h).count(),
-                on.len()
-            );
-        }
-        let cut_off = &order[..cut];
-        let at = entered.map(|_| {
-            cut_off.iter().for_each(|&i| proxies[i].set(mode));
-            mono_ns()
-        });
-        // The child of a victim that keeps its lease runs 4 x ttl; give it that and more.
-        let (code, said) = self.finish_saying(&mut child, ttl * 6 + Duration::from_secs(10));
-        // Healed only once the victim is done, so nothing it sent late can help it.
-        drop(proxies);
-        let said = said.trim().replace('\n', " / ");
-        Injected {
-            fault,
-            victim: Some(victim),
-            at,
-            exit: Some(code),
-            outcome: match at {
-                Some(_) => format!(
-                    "servers {cut_off:?} of {n_servers} cut{held}, dlock exit {code}: {said}"
-                ),
-                None => format!("never entered, exit {code}: {said}"),
-            },
-        }
-    }
-
-    /// Per store, in order, whether it holds the lease of `client`'s section.
-    fn lease_on(&self, client: &str) -> Vec<bool> {
-        let token = self
-            .record
-            .lock()
-            .unwrap()
-            .sections
-            .iter()
-            .find(|s| s.client == client)
-            .map(|s| s.token.clone())
-            .unwrap_or_default();
-        let owner = dlock::names::owner_id(&token);
-        let v = self.env.inspect(NAME);
-        v["stores"]
-            .as_array()
-            .map(|stores| {
-                stores
-                    .iter()
-                    .map(|st| {
-                        st["holders"]
-                            .as_array()
-                            .is_some_and(|h| h.iter().any(|h| h["owner"] == owner.as_str()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     fn store_fault(&self, fault: Fault, setup: &mut Setup) -> Injected {
         let ttl = self.cfg.ttl;
         let k = setup.minority();
@@ -930,34 +821,6 @@ impl Run {
             outcome,
         }
     }
-}
-
-/// The ports of the `127.0.0.1:PORT` hosts in a store URL, in order.
-fn loopback_ports(url: &str) -> Vec<u16> {
-    let mut out = Vec::new();
-    with_ports(url, |p| {
-        out.push(p);
-        p
-    });
-    out
-}
-
-/// `url` with the port of every `127.0.0.1:PORT` host mapped by `f`.
-fn with_ports(url: &str, mut f: impl FnMut(u16) -> u16) -> String {
-    const HOST: &str = "127.0.0.1:";
-    let mut out = String::new();
-    let mut rest = url;
-    while let Some(i) = rest.find(HOST) {
-        out.push_str(&rest[..i + HOST.len()]);
-        rest = &rest[i + HOST.len()..];
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        out.push_str(&f(rest[..digits].parse().expect("a port")).to_string());
-        rest = &rest[digits..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// A store fault on independent Redis servers: `hit` is the minority it takes down.
@@ -1083,47 +946,7 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
         }
         top = top.max(cur.fence);
     }
-    // Partitions: the victim's child stopped (dlock exit 70) within the ttl of the cut.
-    for f in faults
-        .iter()
-        .filter(|f| f.fault == Fault::PartitionMinority)
-    {
-        let losses = s.minority_losses.get_or_insert(0);
-        if f.at.is_some() && f.exit != Some(0) {
-            *losses += 1;
-            s.details.push(format!(
-                "minority loss: {:?} cut from a minority ended with dlock exit {:?}",
-                f.victim, f.exit
-            ));
-        }
-    }
-    for f in faults.iter().filter(|f| f.fault.cuts_majority()) {
-        let (Some(at), Some(victim)) = (f.at, &f.victim) else {
-            continue;
-        };
-        let end = secs
-            .iter()
-            .find(|x| &x.client == victim)
-            .map_or(u64::MAX, Section::end);
-        let stop = end.saturating_sub(at) / 1_000_000;
-        s.max_cut_stop_ms = Some(s.max_cut_stop_ms.unwrap_or(0).max(stop));
-        let next = secs
-            .iter()
-            .filter(|x| x.enter > at && &x.client != victim)
-            .map(|x| (x.enter - at) / 1_000_000)
-            .min();
-        if let Some(next) = next {
-            s.max_cut_next_ms = Some(s.max_cut_next_ms.unwrap_or(0).max(next));
-        }
-        if Duration::from_millis(stop) > ttl || f.exit != Some(70) {
-            s.late_stops += 1;
-            s.details.push(format!(
-                "late stop: {victim}'s child ran {stop} ms after the {}, dlock exit {:?}",
-                f.fault.name(),
-                f.exit
-            ));
-        }
-    }
+    partition::check_cuts(&mut s, &secs, faults, ttl);
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
     let slack = (ttl / 2).max(Duration::from_millis(500));
