@@ -7,20 +7,20 @@ import statistics
 import sys
 
 PHASES = [
-    "start-up (exec to first store call)",
-    "connect and grant",
-    "watchdog and child fork/exec",
+    "start-up (exec to the first store call)",
+    "connect, grant (and the watchdog's fork)",
+    "the child's fork and exec",
     "the child (`true`)",
     "release and exit",
 ]
 
 
 def marks(path):
-    """Times (ms from exec) of: dlock's first store call, its first fork (the watchdog), the
-    child's exec, the child's exit, dlock's exit."""
+    """Times (ms from exec) of: dlock's first store call, its fork of the child, the child's
+    exec, the child's exit, dlock's exit."""
     lines = [l.split(None, 2) for l in open(path) if l.strip()]
     t0, main = float(lines[0][1]), lines[0][0]
-    found = {}
+    found, forks = {}, {}
     for pid, t, call in lines:
         t = (float(t) - t0) * 1000
         # The store: a socket connect, or the file store's lock directory (from dlock or one
@@ -29,16 +29,16 @@ def marks(path):
         store |= call.startswith("openat(") and not any(
             s in call for s in ("/etc/", "/lib", "/proc/", "/sys/", ".so", "/dev/")
         )
-        if store and "fork" not in found:
+        if store and "exec" not in found:
             found.setdefault("store", t)
-        if pid == main:
-            if call.startswith("clone("):
-                found.setdefault("fork", t)
-            if call.startswith("exit_group("):
-                found["end"] = t
-        elif call.startswith("execve(") and call.rstrip().endswith("= 0"):
-            found.setdefault("exec", t)
-            found.setdefault("child", pid)
+        if pid == main and call.startswith("clone(") and "=" in call:
+            forks[call.rsplit("=", 1)[1].strip()] = t
+        if pid == main and call.startswith("exit_group("):
+            found["end"] = t
+        elif pid != main and call.startswith("execve(") and call.rstrip().endswith("= 0"):
+            if "exec" not in found:
+                found["exec"], found["child"] = t, pid
+                found["fork"] = forks.get(pid)
         elif pid == found.get("child") and call.startswith("exit_group("):
             found["exit"] = t
     return [found.get(k) for k in ("store", "fork", "exec", "exit", "end")]
