@@ -592,20 +592,19 @@ impl Run {
         self.record.lock().unwrap().sections.len()
     }
 
+    /// The section `client` entered, if it has.
+    fn section_of(&self, client: &str) -> Option<Section> {
+        let record = self.record.lock().unwrap();
+        record.sections.iter().find(|s| s.client == client).cloned()
+    }
+
     /// Wait until the client's section has begun; returns its child's pid. None if its dlock
     /// ended first (refused) or it did not get in within `limit`.
     fn wait_entered(&self, client: &str, dlock: &mut Child, limit: Duration) -> Option<u32> {
         let start = Instant::now();
         while start.elapsed() < limit {
             let exited = matches!(dlock.try_wait(), Ok(Some(_)));
-            if let Some(s) = self
-                .record
-                .lock()
-                .unwrap()
-                .sections
-                .iter()
-                .find(|s| s.client == client)
-            {
+            if let Some(s) = self.section_of(client) {
                 return Some(s.pid);
             }
             if exited {

@@ -93,15 +93,7 @@ impl Run {
 
     /// Per store, in order, whether it holds the lease of `client`'s section.
     fn lease_on(&self, client: &str) -> Vec<bool> {
-        let token = self
-            .record
-            .lock()
-            .unwrap()
-            .sections
-            .iter()
-            .find(|s| s.client == client)
-            .map(|s| s.token.clone())
-            .unwrap_or_default();
+        let token = self.section_of(client).map(|s| s.token).unwrap_or_default();
         let owner = dlock::names::owner_id(&token);
         let v = self.env.inspect(NAME);
         v["stores"]
