@@ -1,7 +1,8 @@
 """Where one `dlock run x -- true` spends its time, from `strace -f --seccomp-bpf -ttt` traces
 of the calls that mark its phases (scripts/bench records them; only those calls stop the
 process, so the timing is close to an untraced run). Prints the median of each phase over
-the traces given. Usage: phases.py NAME TRACE...
+the traces given, as a row of a markdown table. Usage: phases.py NAME TRACE...
+(`phases.py --header`: the table's header rows.)
 """
 import statistics
 import sys
@@ -45,6 +46,10 @@ def marks(path):
 
 
 def main():
+    if sys.argv[1:] == ["--header"]:
+        print("| phases of `dlock run x -- true`, median ms | " + " | ".join(PHASES) + " | total |")
+        print("|---|" + "---:|" * (len(PHASES) + 1))
+        return
     name, traces = sys.argv[1], sys.argv[2:]
     rows = [marks(p) for p in traces]
     rows = [r for r in rows if None not in r]

@@ -139,9 +139,10 @@ pub async fn acquire_any(
             return Err(Error::new(ExitCode::Raw(128 + sig), ""));
         }
     };
-    if reqs.len() > 1 {
-        // The losers' queue entries (and any grant that raced the winner's) must not stay.
-        withdraw(r.as_ref().ok().map(|_| won)).await;
+    if r.is_ok() {
+        // The losers' queue entries (and any grant that raced the winner's) must not stay. A
+        // request that ran to its end without a grant has withdrawn itself.
+        withdraw(Some(won)).await;
     }
     let req = &reqs[won];
     waiting.finish(if r.is_ok() {

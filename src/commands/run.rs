@@ -9,6 +9,7 @@ use crate::cli::RunArgs;
 use crate::events::Events;
 use crate::exit::{Error, ExitCode, Result};
 use crate::names;
+use crate::store::Acquire;
 use crate::supervisor::signals::{STOPPING, Signals};
 use crate::supervisor::{self, Limits};
 
@@ -21,17 +22,21 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     // on the store after the command ends.
     let detached = limits.hold_min.is_some();
     let (names, command) = names_and_command(args.name, args.any, args.command)?;
+    // One request per name, each with its own token; the holder's metadata is built once.
+    let base = holder_request(
+        Vec::new(),
+        mode(&args.mode),
+        args.acquire.ttl,
+        &command,
+        detached,
+        &args.holder,
+    );
     let reqs: Vec<_> = names
         .into_iter()
-        .map(|name| {
-            holder_request(
-                vec![name],
-                mode(&args.mode),
-                args.acquire.ttl,
-                &command,
-                detached,
-                &args.holder,
-            )
+        .map(|name| Acquire {
+            names: vec![name],
+            token: names::new_token(),
+            ..base.clone()
         })
         .collect();
     let grace = supervisor::kill_grace(args.supervise.kill_grace, args.acquire.ttl)?;

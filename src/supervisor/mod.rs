@@ -72,7 +72,7 @@ fn margin(grace: Duration) -> Duration {
 /// through) holds no fork but the child's. It acts on nothing until `supervise_with` gives it
 /// the deadline and the child names its group. `None`, after a warning, if it cannot start.
 pub fn standby_watchdog(out: &Output, grace: Duration) -> Option<watchdog::Watchdog> {
-    match watchdog::Watchdog::start(None, grace, margin(grace)) {
+    match watchdog::Watchdog::start(grace, margin(grace)) {
         Ok(d) => Some(d),
         Err(e) => {
             out.warn(&format!(
@@ -243,9 +243,10 @@ pub async fn supervise_with(
     // (giving back the terminal, reaping the watchdog). A lost or overrun lease has its
     // command's group killed first, and --hold-min keeps the lease.
     let plain = lost.is_none() && overrun_kill_at.is_none() && limits.hold_min.is_none();
-    let early = match plain {
-        true => Some(engine.release(&lease.req.names, &lease.req.token).await),
-        false => None,
+    let early = if plain {
+        Some(engine.release(&lease.req.names, &lease.req.token).await)
+    } else {
+        None
     };
     drop(terminal);
     if dog.is_some_and(|d| d.stop()) && lost.is_none() {

@@ -35,25 +35,19 @@ fn kernel_ns(deadline: Instant) -> u64 {
 }
 
 impl Watchdog {
-    /// Start watching, before the child exists (so that a dlock stopped right after starting
-    /// the child is already covered); the child names its process group itself, through
-    /// `announcer`, before exec. The watchdog acts a little after the moments the supervisor
-    /// uses (SIGTERM at `deadline - grace`, SIGKILL at `deadline - margin`), so a running
-    /// dlock always acts first and the child never gets a signal twice; a dlock that cannot
-    /// act still has its child stopped before the deadline. With no deadline yet (started
-    /// while dlock still waits for its lock), `push` gives it one before the child starts.
-    pub fn start(
-        deadline: Option<Instant>,
-        grace: Duration,
-        margin: Duration,
-    ) -> io::Result<Watchdog> {
+    /// Start watching, before the command exists (forked while its run still waits for the
+    /// lock, so that no fork but the command's lies between grant and command): with no
+    /// deadline yet, it acts on nothing until `push` gives it one and the command names its
+    /// process group itself, through `announcer`, before exec. The watchdog acts a little
+    /// after the moments the supervisor uses (SIGTERM at `deadline - grace`, SIGKILL at
+    /// `deadline - margin`), so a running dlock always acts first and the command never gets a
+    /// signal twice; a dlock that cannot act still has its command stopped before the deadline.
+    pub fn start(grace: Duration, margin: Duration) -> io::Result<Watchdog> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: fds has room for the two descriptors.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // Until a group is named the watchdog acts on no deadline, so "none" can be any value.
-        let first = deadline.map_or(u64::MAX, kernel_ns);
         let (grace, margin) = (grace.as_nanos() as u64, margin.as_nanos() as u64);
         // SAFETY: the child runs only `watch`, which makes raw syscalls and allocates nothing.
         match unsafe { libc::fork() } {
@@ -68,7 +62,9 @@ impl Watchdog {
             }
             0 => {
                 // SAFETY: in the forked child; see `watch`.
-                unsafe { watch(fds, first, grace, margin) }
+                // No deadline yet: it acts on none until a group is named, and `push`
+                // comes first.
+                unsafe { watch(fds, u64::MAX, grace, margin) }
             }
             pid => {
                 // SAFETY: the read end is the watchdog's now.

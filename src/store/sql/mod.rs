@@ -41,14 +41,6 @@ pub struct Decision {
     pub flush: bool,
 }
 
-impl Decision {
-    /// Flushed if it writes a holder (a grant or a renewal).
-    fn new(writes: Vec<Write>) -> Decision {
-        let flush = writes.iter().any(|w| matches!(w, Write::PutHolder { .. }));
-        Decision { writes, flush }
-    }
-}
-
 /// One database: its SQL, its connection, its wake-ups.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -188,19 +180,33 @@ fn ms(d: Duration) -> i64 {
 
 impl<B: Backend> SqlStore<B> {
     /// One transaction that decides by `rule` and returns what it answered (the default if
-    /// the rule never ran, which a committed transaction rules out).
+    /// the rule never ran, which a committed transaction rules out). Its commit is flushed if
+    /// it writes a holder (a grant or a renewal).
     async fn decide<T: Default + Send>(
         &self,
         names: &[String],
         create: bool,
-        mut rule: impl FnMut(i64, &mut [Rows]) -> (T, Decision) + Send,
+        rule: impl FnMut(i64, &mut [Rows]) -> (T, Vec<Write>) + Send,
+    ) -> StoreResult<T> {
+        self.decide_flushing(names, create, false, rule).await
+    }
+
+    /// `decide`, flushing the commit whatever it writes with `always_flush` (a fence raise).
+    async fn decide_flushing<T: Default + Send>(
+        &self,
+        names: &[String],
+        create: bool,
+        always_flush: bool,
+        mut rule: impl FnMut(i64, &mut [Rows]) -> (T, Vec<Write>) + Send,
     ) -> StoreResult<T> {
         let mut answer = T::default();
         self.0
             .transact(names, create, &mut |now, rows| {
-                let (a, decision) = rule(now, rows);
+                let (a, writes) = rule(now, rows);
                 answer = a;
-                decision
+                let flush =
+                    always_flush || writes.iter().any(|w| matches!(w, Write::PutHolder { .. }));
+                Decision { writes, flush }
             })
             .await?;
         Ok(answer)
@@ -226,7 +232,7 @@ impl<B: Backend> Store for SqlStore<B> {
         let outcome = self
             .decide(&req.names, true, |now, rows| {
                 let (o, writes) = rules::grant(rows, now, &grant);
-                (Some(o), Decision::new(writes))
+                (Some(o), writes)
             })
             .await?;
         Ok(match outcome.expect("the transaction decided") {
@@ -243,38 +249,24 @@ impl<B: Backend> Store for SqlStore<B> {
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         self.decide(names, false, |now, rows| {
-            let (renewed, writes) = rules::renew(rows, now, token, ms(ttl));
-            (renewed, Decision::new(writes))
+            rules::renew(rows, now, token, ms(ttl))
         })
         .await
     }
 
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        self.decide(names, false, |now, rows| {
-            let (held, writes) = rules::release(rows, now, token);
-            (held, Decision::new(writes))
-        })
-        .await
+        self.decide(names, false, |now, rows| rules::release(rows, now, token))
+            .await
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        self.decide(names, false, |now, rows| {
-            let (any, writes) = rules::force(rows, now);
-            (any, Decision::new(writes))
-        })
-        .await
+        self.decide(names, false, |now, rows| rules::force(rows, now))
+            .await
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        self.decide(names, true, |_, rows| {
-            let writes = rules::raise(rows, fences);
-            (
-                (),
-                Decision {
-                    writes,
-                    flush: true,
-                },
-            )
+        self.decide_flushing(names, true, true, |_, rows| {
+            ((), rules::raise(rows, fences))
         })
         .await
     }
@@ -282,10 +274,7 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn inspect(&self, name: &str) -> StoreResult<LockState> {
         let state = self
             .decide(&[name.to_string()], false, |now, rows| {
-                (
-                    rows.first().map(|r| rules::view(r, now)),
-                    Decision::new(Vec::new()),
-                )
+                (rows.first().map(|r| rules::view(r, now)), Vec::new())
             })
             .await?;
         Ok(state.unwrap_or_else(|| LockState {
