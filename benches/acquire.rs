@@ -33,7 +33,7 @@ fn exclusive(name: &str, meta: &str) -> Acquire {
     Acquire {
         names: vec![name.into()],
         token: dlock::names::new_token(),
-        mode: Mode::Exclusive,
+        modes: vec![Mode::Exclusive],
         ttl: Duration::from_secs(30),
         meta: meta.into(),
         detached: false,

@@ -146,6 +146,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;multilock' {
+            [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Also take this name shared (with other sharers, never with an exclusive holder); may repeat')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease time; renewed by `run`, kept until then by `lock`')
             [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most this long for the lock (default: forever)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most this long for the lock (default: forever)')

@@ -138,6 +138,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;multilock'= {
+            cand --shared 'Also take this name shared (with other sharers, never with an exclusive holder); may repeat'
             cand --ttl 'Lease time; renewed by `run`, kept until then by `lock`'
             cand -w 'Wait at most this long for the lock (default: forever)'
             cand --wait 'Wait at most this long for the lock (default: forever)'

@@ -114,6 +114,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Say
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shared -d 'Also take this name shared (with other sharers, never with an exclusive holder); may repeat' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r

@@ -248,9 +248,14 @@ pub struct CronArgs {
 
 #[derive(Args, Debug)]
 pub struct MultilockArgs {
-    /// Lock names, all taken or none
-    #[arg(value_name = "NAME", required = true, num_args = 1.., value_parser = names::parse_name)]
+    /// Lock names to take exclusively, all taken or none
+    #[arg(value_name = "NAME", required_unless_present = "shared", num_args = 1..,
+          value_parser = names::parse_name)]
     pub names: Vec<String>,
+    /// Also take this name shared (with other sharers, never with an exclusive holder); may
+    /// repeat
+    #[arg(long = "shared", value_name = "NAME", value_parser = names::parse_name)]
+    pub shared: Vec<String>,
     #[command(flatten)]
     pub acquire: AcquireArgs,
     #[command(flatten)]

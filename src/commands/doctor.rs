@@ -270,8 +270,8 @@ async fn grant_and_release(
 ) -> crate::store::StoreResult<Option<bool>> {
     let req = Acquire {
         names: vec![scratch.to_string()],
+        modes: vec![Mode::Exclusive],
         token: crate::names::new_token(),
-        mode: Mode::Exclusive,
         ttl,
         meta: crate::meta::holder(&["dlock doctor".into()]),
         detached,

@@ -11,8 +11,7 @@ use crate::exit::Result;
 
 pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     let req = holder_request(
-        vec![args.name],
-        mode(&args.mode),
+        vec![(args.name, mode(&args.mode))],
         args.acquire.ttl,
         &[],
         true,
@@ -36,13 +35,14 @@ pub fn print_token(ctx: &Ctx, lease: &Lease) {
             "token": req.token,
             "previous": previous(lease).as_str(),
             "ttl_ms": millis(req.ttl),
-            "mode": req.mode,
+            "mode": super::mode_json(req),
         });
         if req.names.len() == 1 {
             v["name"] = json!(req.names[0]);
             v["fence"] = json!(fences[0]);
         } else {
             v["names"] = json!(req.names);
+            v["modes"] = json!(req.modes);
             v["fences"] = json!(fences);
         }
         ctx.out.json_value(&v);

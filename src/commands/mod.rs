@@ -56,6 +56,12 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
     }
 }
 
+/// A request's mode in JSON: the one mode of all its names, or "mixed" (the names' own
+/// modes are then in "modes").
+pub fn mode_json(req: &Acquire) -> serde_json::Value {
+    req.uniform().map_or_else(|| json!("mixed"), |m| json!(m))
+}
+
 pub fn mode(args: &ModeArgs) -> Mode {
     match (args.shared, args.limit) {
         (true, _) => Mode::Shared,
@@ -64,22 +70,23 @@ pub fn mode(args: &ModeArgs) -> Mode {
     }
 }
 
-/// A grant request for `names` (put in canonical order: sorted, without duplicates), with
-/// what the holder says of itself (`--reason`, the CI job) in its metadata.
+/// A grant request for `named` (each name with its mode; put in canonical order: sorted,
+/// without duplicates), with what the holder says of itself (`--reason`, the CI job) in its
+/// metadata.
 pub fn holder_request(
-    mut names: Vec<String>,
-    mode: Mode,
+    mut named: Vec<(String, Mode)>,
     ttl: Duration,
     command: &[OsString],
     detached: bool,
     holder: &HolderArgs,
 ) -> Acquire {
-    names.sort();
-    names.dedup();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named.dedup_by(|a, b| a.0 == b.0);
+    let (names, modes) = named.into_iter().unzip();
     Acquire {
         names,
+        modes,
         token: crate::names::new_token(),
-        mode,
         ttl,
         meta: crate::meta::holder_with(command, holder.reason.as_deref()),
         detached,
@@ -159,7 +166,7 @@ pub async fn acquire_any(
                 events::fences(&fences),
                 json!({
                     "previous": previous(lease).as_str(),
-                    "mode": req.mode,
+                    "mode": mode_json(req),
                     "ttl_ms": millis(req.ttl),
                     "waited_ms": waiting.waited().map_or(0, millis),
                 }),
@@ -170,6 +177,14 @@ pub async fn acquire_any(
         1 => req.names.join(", "),
         _ => format!("each of {}", all.join(", ")),
     };
+    let (busy, still) = match (reqs.len(), req.names.len()) {
+        (1, 1) => (format!("{what} is held"), "it is still held"),
+        (1, _) => (
+            format!("at least one of {what} is held"),
+            "at least one is still held",
+        ),
+        _ => (format!("{what} is held"), "each is still held"),
+    };
     r.map_err(|e| match e {
         EngineError::NotAcquired => {
             let code = args
@@ -178,11 +193,11 @@ pub async fn acquire_any(
             let msg = match (args.no_wait, args.wait) {
                 _ if args.conflict_exit_code == Some(0) => String::new(),
                 (false, Some(w)) => format!(
-                    "gave up waiting for {what} after {} (-w {}): it is still held",
+                    "gave up waiting for {what} after {} (-w {}): {still}",
                     took(),
                     humantime::format_duration(w)
                 ),
-                _ => format!("{what} is held by someone else; not acquired"),
+                _ => format!("{busy} by someone else; not acquired"),
             };
             Error::new(code, msg)
         }

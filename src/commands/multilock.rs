@@ -1,19 +1,28 @@
 //! `dlock multilock`: several locks, all or none, in one canonical order, so two jobs that
-//! need overlapping sets can never deadlock; then run a command or print the token.
+//! need overlapping sets can never deadlock; then run a command or print the token. Names
+//! given plainly are taken exclusively, those after `--shared` shared, in the same grant.
 
 use super::Ctx;
 use super::{acquire_with, holder_request};
 use crate::cli::MultilockArgs;
 use crate::events::Events;
-use crate::exit::Result;
+use crate::exit::{Error, Result};
+use crate::output::printable;
 use crate::store::Mode;
 use crate::supervisor;
 
 pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     let detached = args.command.is_empty();
+    if let Some(both) = args.names.iter().find(|n| args.shared.contains(n)) {
+        return Err(Error::usage(format!(
+            "{} is given both exclusive and --shared; name it once, in the mode it needs",
+            printable(both)
+        )));
+    }
+    let exclusive = args.names.into_iter().map(|n| (n, Mode::Exclusive));
+    let shared = args.shared.into_iter().map(|n| (n, Mode::Shared));
     let req = holder_request(
-        args.names,
-        Mode::Exclusive,
+        exclusive.chain(shared).collect(),
         args.acquire.ttl,
         &args.command,
         detached,

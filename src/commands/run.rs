@@ -23,9 +23,9 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let detached = limits.hold_min.is_some();
     let (names, command) = names_and_command(args.name, args.any, args.command)?;
     // One request per name, each with its own token; the holder's metadata is built once.
+    let mode = mode(&args.mode);
     let base = holder_request(
         Vec::new(),
-        mode(&args.mode),
         args.acquire.ttl,
         &command,
         detached,
@@ -35,6 +35,7 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         .into_iter()
         .map(|name| Acquire {
             names: vec![name],
+            modes: vec![mode],
             token: names::new_token(),
             ..base.clone()
         })

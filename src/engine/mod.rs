@@ -416,8 +416,8 @@ impl Engine {
         // Listeners are opened for a request; this one is never sent as an attempt.
         let probe = Acquire {
             names: vec![name.to_string()],
+            modes: vec![store::Mode::Exclusive],
             token: crate::names::new_token(),
-            mode: store::Mode::Exclusive,
             ttl: Duration::from_secs(30),
             meta: String::new(),
             detached: false,

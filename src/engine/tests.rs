@@ -35,7 +35,7 @@ fn request(ttl: Duration) -> Acquire {
     Acquire {
         names: vec!["job".into()],
         token: crate::names::new_token(),
-        mode: Mode::Exclusive,
+        modes: vec![Mode::Exclusive],
         ttl,
         meta: "{}".into(),
         detached: false,

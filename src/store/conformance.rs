@@ -84,12 +84,18 @@ fn namespace(property: &str) -> String {
 }
 
 fn request(names: &[&str], mode: Mode, ttl: Duration, detached: bool) -> Acquire {
-    let mut names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    names.sort();
+    let named: Vec<(&str, Mode)> = names.iter().map(|n| (*n, mode)).collect();
+    mixed(&named, ttl, detached)
+}
+
+/// A request with a mode per name (a mixed `multilock`), in canonical order.
+fn mixed(named: &[(&str, Mode)], ttl: Duration, detached: bool) -> Acquire {
+    let mut named = named.to_vec();
+    named.sort_by_key(|(n, _)| *n);
     Acquire {
-        names,
+        names: named.iter().map(|(n, _)| n.to_string()).collect(),
+        modes: named.iter().map(|(_, m)| *m).collect(),
         token: crate::names::new_token(),
-        mode,
         ttl,
         meta: r#"{"host":"conformance","pid":1}"#.into(),
         detached,
@@ -118,12 +124,12 @@ fn expect_granted(g: Option<Vec<Granted>>, what: &str) -> Vec<Granted> {
 
 async fn grant(s: &dyn Store, req: &Acquire) -> Vec<Granted> {
     let g = attempt(s, req, false).await;
-    expect_granted(g, &format!("{:?} {}", req.names, req.mode))
+    expect_granted(g, &format!("{:?} {:?}", req.names, req.modes))
 }
 
 async fn busy(s: &dyn Store, req: &Acquire, why: &str) {
     if attempt(s, req, false).await.is_some() {
-        panic!("{:?} {} was granted: {why}", req.names, req.mode);
+        panic!("{:?} {:?} was granted: {why}", req.names, req.modes);
     }
 }
 
@@ -339,7 +345,10 @@ pub async fn fences_rise(subject: &Subject) {
     let mut held: Vec<Acquire> = Vec::new();
     // The two shared leases overlap: the second's fence rises past the first's while it holds.
     for mode in [Mode::Exclusive, Mode::Shared, Mode::Shared, Mode::Limit(2)] {
-        if !held.iter().all(|r| r.mode == mode && mode == Mode::Shared) {
+        if !held
+            .iter()
+            .all(|r| r.modes == [mode] && mode == Mode::Shared)
+        {
             for r in held.drain(..) {
                 release(&*s, &r).await;
             }
@@ -434,6 +443,78 @@ pub async fn shared_mode(subject: &Subject) {
     release(&*s, &r2).await;
     grant(&*s, &w).await;
     busy(&*s, &shared(), "a writer holds it").await;
+}
+
+/// One grant takes some names shared and others exclusive: readers of a name share it across
+/// such grants, a writer of it excludes them, and a grant that cannot have every name in its
+/// mode takes none (Cages' R(P1)+W(P2) against R(P2)+W(P1)).
+pub async fn mixed_modes_in_one_grant(subject: &Subject) {
+    use Mode::{Exclusive as W, Shared as R};
+    let s = subject.client(&namespace("mixed")).await;
+    let a = mixed(&[("p1", R), ("p2", W)], TTL, false);
+    let ga = grant(&*s, &a).await;
+    // Another reader of p1 with a writer of p3 shares p1.
+    let b = mixed(&[("p1", R), ("p3", W)], TTL, false);
+    let gb = grant(&*s, &b).await;
+    assert!(gb[0].fence > ga[0].fence, "p1's fence did not rise");
+    let st = inspect(&*s, "p1").await;
+    assert_eq!(st.holders.len(), 2, "{st:?}");
+    assert!(st.holders.iter().all(|h| h.mode == R), "{st:?}");
+    let st = inspect(&*s, "p2").await;
+    assert_eq!(st.holders.len(), 1, "{st:?}");
+    assert_eq!(st.holders[0].mode, W, "{st:?}");
+    // The opposite pair: p2 is written by `a`, so a reader of it waits, and p1 is not taken
+    // for writing meanwhile, not even for a moment.
+    let c = mixed(&[("p1", W), ("p2", R)], TTL, false);
+    busy(&*s, &c, "p2 is held for writing and p1 for reading").await;
+    busy(&*s, &exclusive("p1"), "two readers hold p1").await;
+    busy(&*s, &request(&["p2"], R, TTL, false), "a writer holds p2").await;
+    let st = inspect(&*s, "p1").await;
+    assert_eq!(st.holders.len(), 2, "a refused grant changed p1: {st:?}");
+    release(&*s, &a).await;
+    busy(&*s, &c, "b still reads p1").await;
+    assert!(inspect(&*s, "p2").await.holders.is_empty(), "p2 kept");
+    release(&*s, &b).await;
+    let gc = grant(&*s, &c).await;
+    assert!(gc[0].fence > gb[0].fence, "p1's fence did not rise");
+    busy(&*s, &request(&["p1"], R, TTL, false), "c writes p1").await;
+    grant(&*s, &request(&["p2"], R, TTL, false)).await;
+    assert!(renew(&*s, &c, TTL).await);
+    assert!(release(&*s, &c).await);
+}
+
+/// A mixed request queued behind a writer on one of its names is granted when the writer
+/// goes, with each name in its own mode (a queue entry keeps its name's mode).
+pub async fn queued_mixed_request_is_granted_in_its_modes(subject: &Subject) {
+    use Mode::{Exclusive as W, Shared as R};
+    let ns = namespace("mixedq");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let reader = request(&["r"], R, TTL, false);
+    grant(&*s, &reader).await;
+    let writer = exclusive("w");
+    grant(&*s, &writer).await;
+    let waiter = mixed(&[("r", R), ("w", W)], TTL, false);
+    let _listener = within(t.listen(&waiter)).await.expect("listen");
+    assert!(
+        attempt(&*t, &waiter, true).await.is_none(),
+        "granted past w"
+    );
+    release(&*s, &writer).await;
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if attempt(&*t, &waiter, true).await.is_some() {
+            break;
+        }
+        assert!(Instant::now() < until, "the mixed waiter was never granted");
+        sleep(Duration::from_millis(20)).await;
+    }
+    let st = inspect(&*s, "r").await;
+    assert_eq!(st.holders.len(), 2, "r is shared by both readers: {st:?}");
+    let st = inspect(&*s, "w").await;
+    assert_eq!(st.holders.iter().map(|h| h.mode).collect::<Vec<_>>(), [W]);
+    assert!(st.waiters.is_empty(), "left queued: {st:?}");
+    release(&*t, &waiter).await;
+    release(&*s, &reader).await;
 }
 
 /// `limit K` admits K holders and no more; a slot freed admits the next.

@@ -276,10 +276,10 @@ impl Store for FileStore {
             let now = now_ns();
             let mut states = Vec::with_capacity(req.names.len());
             let mut retry_after: Option<u64> = None;
-            for name in &req.names {
+            for (name, mode) in req.each() {
                 let mut st = fs.read(name)?;
                 st.purge(now, &fs.boot);
-                if !req.mode.admits(st.modes()) {
+                if !mode.admits(st.modes()) {
                     let soonest = st.holders.iter().map(|h| h.deadline - now).min();
                     retry_after = retry_after.min(soonest).or(soonest);
                 }
@@ -291,11 +291,11 @@ impl Store for FileStore {
                 });
             }
             let mut granted = Vec::with_capacity(states.len());
-            for (name, mut st) in req.names.iter().zip(states) {
+            for ((name, mode), mut st) in req.each().zip(states) {
                 st.fence += 1;
                 st.holders.push(Record {
                     token: req.token.clone(),
-                    mode: req.mode.code(),
+                    mode: mode.code(),
                     fence: st.fence,
                     deadline: now + ns(req.ttl),
                     meta: req.meta.clone(),

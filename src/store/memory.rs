@@ -122,10 +122,10 @@ impl Store for MemoryStore {
         Ok(self.with(|locks| {
             let mut soonest: Option<Duration> = None;
             let mut busy = false;
-            for name in &req.names {
+            for (name, mode) in req.each() {
                 let l = locks.entry(name.clone()).or_default();
                 l.purge(now);
-                if !req.mode.admits(l.holders.iter().map(|h| h.mode)) {
+                if !mode.admits(l.holders.iter().map(|h| h.mode)) {
                     busy = true;
                     if let Some(left) = l.holders.iter().map(|h| h.deadline - now).min() {
                         soonest = Some(soonest.map_or(left, |s| s.min(left)));
@@ -134,10 +134,10 @@ impl Store for MemoryStore {
             }
             if busy {
                 if queue {
-                    for name in &req.names {
+                    for (name, mode) in req.each() {
                         let l = locks.get_mut(name).expect("entered above");
                         if !l.waiters.iter().any(|(t, _)| *t == req.token) {
-                            l.waiters.push((req.token.clone(), req.mode));
+                            l.waiters.push((req.token.clone(), mode));
                         }
                     }
                 }
@@ -146,15 +146,14 @@ impl Store for MemoryStore {
                 };
             }
             let granted = req
-                .names
-                .iter()
-                .map(|name| {
+                .each()
+                .map(|(name, mode)| {
                     let l = locks.get_mut(name).expect("entered above");
                     l.waiters.retain(|(t, _)| *t != req.token);
                     l.fence += 1;
                     l.holders.push(Hold {
                         token: req.token.clone(),
-                        mode: req.mode,
+                        mode,
                         fence: l.fence,
                         deadline: now + req.ttl,
                         meta: req.meta.clone(),

@@ -144,13 +144,33 @@ impl Previous {
 pub struct Acquire {
     /// Sorted and without duplicates (the canonical order `multilock` promises).
     pub names: Vec<String>,
+    /// The mode of each name, in the order of `names` (a mixed `multilock` takes some
+    /// names shared and others exclusive, all in one grant).
+    pub modes: Vec<Mode>,
     pub token: String,
-    pub mode: Mode,
     pub ttl: Duration,
     /// Holder metadata, a small JSON object.
     pub meta: String,
     /// The lease must outlive this process (`lock`), so it may not hang on a client session.
     pub detached: bool,
+}
+
+impl Acquire {
+    /// The names with their modes, in canonical order.
+    pub fn each(&self) -> impl Iterator<Item = (&String, Mode)> {
+        self.names.iter().zip(self.modes.iter().copied())
+    }
+
+    /// The one mode every name is taken in, if they share one.
+    pub fn uniform(&self) -> Option<Mode> {
+        let first = *self.modes.first()?;
+        self.modes.iter().all(|m| *m == first).then_some(first)
+    }
+
+    /// Whether any name is taken in another mode than exclusive.
+    pub fn sharing(&self) -> bool {
+        self.modes.iter().any(|m| *m != Mode::Exclusive)
+    }
 }
 
 /// What a store granted, per name in request order.

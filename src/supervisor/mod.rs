@@ -385,6 +385,14 @@ fn spawn(
 ) -> Result<tokio::process::Child> {
     let req = &lease.req;
     let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
+    // Each name with its own fence, for a child that fences several resources: names hold no
+    // comma, and the fence comes after a name's last `=` (a name may hold `=`, a fence not).
+    let pairs: Vec<String> = req
+        .names
+        .iter()
+        .zip(&fences)
+        .map(|(n, f)| format!("{n}={f}"))
+        .collect();
     let mut cmd = match sys::find_program(&command[0]) {
         Some(path) => {
             let mut c = Command::new(path);
@@ -397,6 +405,7 @@ fn spawn(
         .env("DLOCK_NAME", req.names.join(" "))
         .env("DLOCK_TOKEN", &req.token)
         .env("DLOCK_FENCE", fences.join(" "))
+        .env("DLOCK_FENCES", pairs.join(","))
         .env("DLOCK_PREVIOUS", previous(lease).as_str())
         .process_group(0);
     let parent = std::process::id() as i32;

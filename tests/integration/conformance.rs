@@ -172,6 +172,8 @@ macro_rules! conformance {
                 raise_fence_lifts_the_next_fence,
                 previous_reads_released_then_expired,
                 names_are_granted_all_or_none,
+                mixed_modes_in_one_grant,
+                queued_mixed_request_is_granted_in_its_modes,
                 shared_mode,
                 limit_mode,
                 release_removes_a_queued_entry,

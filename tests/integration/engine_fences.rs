@@ -53,7 +53,7 @@ fn a_thousand_grants_through_kills_and_restarts_have_rising_fences() {
             let req = Acquire {
                 names: vec!["f".into()],
                 token: dlock::names::new_token(),
-                mode: Mode::Exclusive,
+                modes: vec![Mode::Exclusive],
                 ttl: Duration::from_secs(5),
                 meta: "{}".into(),
                 detached: false,

@@ -15,6 +15,7 @@ mod engine_fences;
 mod exclusion;
 mod generated;
 mod lost_grant;
+mod mixed;
 mod modes;
 mod multilock;
 mod proxy;

@@ -32,7 +32,7 @@ fn request(name: &str) -> Acquire {
     Acquire {
         names: vec![name.to_string()],
         token: dlock::names::new_token(),
-        mode: Mode::Exclusive,
+        modes: vec![Mode::Exclusive],
         ttl: Duration::from_secs(60),
         meta: "{}".into(),
         detached: false,

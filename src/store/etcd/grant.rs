@@ -81,7 +81,8 @@ impl Inner {
             if !std::mem::take(&mut read_ahead) {
                 snap = self.read(&req.names).await?;
             }
-            if snap.queues.iter().all(|q| q.admits(&req.token, req.mode)) {
+            let admitted = snap.queues.iter().zip(&req.modes);
+            if admitted.into_iter().all(|(q, m)| q.admits(&req.token, *m)) {
                 let l = match spare.or(taken.get()) {
                     Some(l) => l,
                     None => taken.set(self.new_lease(lease_secs(req.ttl)).await?),
@@ -182,9 +183,9 @@ impl Inner {
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
         let mut written = Vec::new();
-        for (name, q) in req.names.iter().zip(&snap.queues) {
+        for ((name, mode), q) in req.each().zip(&snap.queues) {
             let created = q.find(&req.token).map(|e| e.create);
-            let w = self.holding(req, name, created, q.offset(), q.previous(), lease);
+            let w = self.holding(req, (name, mode), created, q.offset(), q.previous(), lease);
             cmps.push(match created {
                 Some(c) => Compare::create_revision(w.key.clone(), CompareOp::Equal, c),
                 None => {
@@ -204,12 +205,12 @@ impl Inner {
         Ok(Some(self.remember_grant(req, rev, written, snap, lease)))
     }
 
-    /// What a grant of `name` to `req` writes: the holder's entry (the waiting one, created at
-    /// `created`, or a new one) under `lease`, and the record.
+    /// What a grant of `name` (in `mode`) to `req` writes: the holder's entry (the waiting
+    /// one, created at `created`, or a new one) under `lease`, and the record.
     fn holding(
         &self,
         req: &Acquire,
-        name: &str,
+        (name, mode): (&str, Mode),
         created: Option<i64>,
         offset: u64,
         previous: Previous,
@@ -220,7 +221,7 @@ impl Inner {
             record_key: self.layout.record(name),
             created,
             entry: Entry {
-                mode: req.mode.code(),
+                mode: mode.code(),
                 held: true,
                 offset,
                 fence: None,
@@ -338,14 +339,14 @@ impl Inner {
         let spare = self.token(&req.token, |t| t.spare);
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
-        for (i, name) in req.names.iter().enumerate() {
+        for (i, (name, mode)) in req.each().enumerate() {
             if snap.is_some_and(|s| s.queues[i].find(&req.token).is_some()) {
                 continue;
             }
             let key = self.layout.entry(name, &req.token);
             cmps.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
             let entry = Entry {
-                mode: req.mode.code(),
+                mode: mode.code(),
                 lease_ttl: WAIT_TTL,
                 names: req.names.clone(),
                 meta: req.meta.clone(),
@@ -378,11 +379,11 @@ impl Inner {
         let spare = self.token(&req.token, |t| t.spare.map(|l| l.id));
         let own = snap.queues[0]
             .find(&req.token)
-            .filter(|_| req.names.len() == 1 && req.mode == Mode::Exclusive)
+            .filter(|_| req.names.len() == 1 && req.modes[0] == Mode::Exclusive)
             .filter(|e| e.entry.spare != 0 && Some(e.entry.spare) == spare)
             .map(|e| (e.key.clone(), e.entry.spare));
-        for (name, q) in req.names.iter().zip(&snap.queues) {
-            if let Some(what) = q.blocker(&req.token, req.mode, &self.layout.queue(name)) {
+        for ((name, mode), q) in req.each().zip(&snap.queues) {
+            if let Some(what) = q.blocker(&req.token, mode, &self.layout.queue(name)) {
                 let block = Block {
                     what,
                     rev: snap.rev,

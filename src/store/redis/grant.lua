@@ -1,11 +1,14 @@
--- ARGV: token, mode, ttl_ms, meta, queue (1: register as a waiter if busy), waiter_ttl_ms
+-- ARGV: token, modes (one per name, space-separated), ttl_ms, meta, queue (1: register as a
+-- waiter if busy), waiter_ttl_ms
 -- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1}.
-local token, mode, ttl, meta = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local token, ttl, meta = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local mode_of = {}
+for m in string.gmatch(ARGV[2], '%S+') do mode_of[#mode_of + 1] = m end
 local busy, retry = false, nil
 for i = 0, n - 1 do
   local h, f = keys(i)
   local modes, soonest = purge(h, f)
-  if not admits(mode, modes) then
+  if not admits(mode_of[i + 1], modes) then
     busy = true
     if soonest and (not retry or soonest < retry) then retry = soonest end
   end
@@ -18,7 +21,7 @@ if busy then
       if not redis.call('ZSCORE', w, token) then
         redis.call('ZADD', w, redis.call('HINCRBY', f, 'wseq', 1), token)
       end
-      redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode)
+      redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode_of[i + 1])
       -- A waiter that can no longer clean up after itself (killed, or cut off from the server
       -- when it gave up) must not leave the queue behind for good: the queue lives only as
       -- long as some waiter keeps coming back.
@@ -31,6 +34,7 @@ end
 local out = {1}
 for i = 0, n - 1 do
   local h, f, w, wd = keys(i)
+  local mode = mode_of[i + 1]
   local fence = redis.call('HINCRBY', f, 'fence', 1)
   redis.call('HSET', h, token, (now + ttl) .. '|' .. fence .. '|' .. mode .. '|' .. meta)
   unwait(w, wd, token)

@@ -229,11 +229,18 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// One grant script for names that share a slot.
-    async fn grant(&self, req: &Acquire, names: &[String], queue: bool) -> StoreResult<Attempt> {
+    /// One grant script for names that share a slot, each in its mode.
+    async fn grant(
+        &self,
+        req: &Acquire,
+        names: &[String],
+        modes: &[Mode],
+        queue: bool,
+    ) -> StoreResult<Attempt> {
+        let modes: Vec<String> = modes.iter().map(|m| m.code()).collect();
         let args = [
             req.token.clone(),
-            req.mode.code(),
+            modes.join(" "),
             req.ttl.as_millis().to_string(),
             req.meta.clone(),
             if queue { "1" } else { "0" }.to_string(),
@@ -410,7 +417,7 @@ impl Store for RedisStore {
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         let groups = self.groups(&req.names);
         if groups.len() == 1 {
-            return self.grant(req, &req.names, queue).await;
+            return self.grant(req, &req.names, &req.modes, queue).await;
         }
         // Names on different cluster slots: one group at a time in canonical order, giving
         // back every earlier group when a later one is busy or fails (all or none).
@@ -418,7 +425,8 @@ impl Store for RedisStore {
         let mut taken: Vec<String> = Vec::new();
         for idx in groups {
             let group: Vec<String> = idx.iter().map(|&i| req.names[i].clone()).collect();
-            let attempt = self.grant(req, &group, queue).await;
+            let modes: Vec<Mode> = idx.iter().map(|&i| req.modes[i]).collect();
+            let attempt = self.grant(req, &group, &modes, queue).await;
             match attempt {
                 Ok(Attempt::Granted(g)) => {
                     for (&i, g) in idx.iter().zip(g) {

@@ -222,7 +222,7 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         let grant = GrantRequest {
             token: &req.token,
-            mode: req.mode,
+            modes: &req.modes,
             ttl_ms: ms(req.ttl),
             meta: &req.meta,
             queue,

@@ -84,7 +84,8 @@ pub enum Write {
 /// A grant attempt as the rules see it.
 pub struct GrantRequest<'a> {
     pub token: &'a str,
-    pub mode: Mode,
+    /// The mode of each name, in the order of the rows.
+    pub modes: &'a [Mode],
     pub ttl_ms: i64,
     pub meta: &'a str,
     /// Register as a waiter when busy.
@@ -199,7 +200,7 @@ pub fn grant(rows: &mut [Rows], now: i64, req: &GrantRequest) -> (Outcome, Vec<W
     let mut retry: Option<i64> = None;
     for (i, r) in rows.iter_mut().enumerate() {
         purge(i, r, now, &mut w);
-        if !req.mode.admits(r.holders.iter().map(|h| mode_of(&h.mode))) {
+        if !req.modes[i].admits(r.holders.iter().map(|h| mode_of(&h.mode))) {
             busy = true;
             let soonest = r.holders.iter().map(|h| h.expires - now).min();
             retry = match (retry, soonest) {
@@ -221,7 +222,7 @@ pub fn grant(rows: &mut [Rows], now: i64, req: &GrantRequest) -> (Outcome, Vec<W
                 };
                 let row = WaiterRow {
                     token: req.token.to_string(),
-                    mode: req.mode.code(),
+                    mode: req.modes[i].code(),
                     seq,
                     expires: now + req.waiter_ttl_ms,
                     meta: req.meta.to_string(),
@@ -244,7 +245,7 @@ pub fn grant(rows: &mut [Rows], now: i64, req: &GrantRequest) -> (Outcome, Vec<W
         w.touch(i);
         let row = HolderRow {
             token: req.token.to_string(),
-            mode: req.mode.code(),
+            mode: req.modes[i].code(),
             fence: r.fence,
             expires: now + req.ttl_ms,
             meta: req.meta.to_string(),
@@ -257,7 +258,7 @@ pub fn grant(rows: &mut [Rows], now: i64, req: &GrantRequest) -> (Outcome, Vec<W
         });
         unwait(r, req.token, &mut w);
         // A sharer let in may make room for the next sharer: pass the wake-up along.
-        if req.mode != Mode::Exclusive {
+        if req.modes[i] != Mode::Exclusive {
             wake(r, now, &mut w);
         }
         granted.push(Granted {
@@ -403,9 +404,15 @@ mod tests {
     }
 
     fn req<'a>(token: &'a str, mode: Mode, queue: bool) -> GrantRequest<'a> {
+        // As many as any test's rows, all in the one mode.
+        let modes: &'static [Mode] = match mode {
+            Mode::Exclusive => &[Mode::Exclusive; 3],
+            Mode::Shared => &[Mode::Shared; 3],
+            Mode::Limit(k) => Vec::leak(vec![Mode::Limit(k); 3]),
+        };
         GrantRequest {
             token,
-            mode,
+            modes,
             ttl_ms: 1000,
             meta: "{}",
             queue,

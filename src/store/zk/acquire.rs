@@ -47,7 +47,7 @@ impl Inner {
                     }
                     ahead.push((&ch.node, Some(ch.mode)));
                 }
-                let nodes = match turn(req.mode, &ahead) {
+                let nodes = match turn(req.modes[i], &ahead) {
                     Turn::Hold => None,
                     Turn::After(node) => Some(vec![node]),
                     Turn::Slots(nodes) => Some(nodes),
@@ -140,17 +140,18 @@ impl Inner {
         data: &[u8],
     ) -> Result<Vec<String>, Error> {
         let opts = self.opts(CreateMode::EphemeralSequential);
-        let node =
-            |seq: &dyn std::fmt::Display| format!("q-{}-{}-{seq}", req.mode.code(), req.token);
         if req.names.len() == 1 {
-            let prefix = self.paths.queue_prefix(&req.names[0], req.mode, &req.token);
+            let prefix = self
+                .paths
+                .queue_prefix(&req.names[0], req.modes[0], &req.token);
             let (_, seq) = c.create(&prefix, data, &opts).await?;
-            return Ok(vec![node(&seq)]);
+            let node = format!("q-{}-{}-{seq}", req.modes[0].code(), req.token);
+            return Ok(vec![node]);
         }
         let mut w = c.new_multi_writer();
-        for name in &req.names {
+        for (name, mode) in req.each() {
             w.add_create(
-                &self.paths.queue_prefix(name, req.mode, &req.token),
+                &self.paths.queue_prefix(name, mode, &req.token),
                 data,
                 &opts,
             )?;
@@ -223,7 +224,7 @@ impl Inner {
                 w.add_delete(&entry, None).map_err(bad_path)?;
                 let node = self
                     .paths
-                    .child(name, &Paths::held_node(req.mode, &req.token));
+                    .child(name, &Paths::held_node(req.modes[i], &req.token));
                 w.add_create(&node, &entry_data(ms(req.ttl), &req.meta), &ttl_opts)
                     .map_err(|e| classify(e, "create the lease's node"))?;
             } else {
