@@ -145,6 +145,23 @@ impl Env {
         c
     }
 
+    /// `sh -c SCRIPT` for scripts that call dlock themselves: dlock's environment as `cmd`
+    /// sets it up, `$STORES` holding the `--store` flags, stdout discarded.
+    pub fn shell(&self, script: &str) -> Command {
+        let probe = self.cmd();
+        let mut c = Command::new("sh");
+        c.args(["-c", script]).stdout(Stdio::null());
+        for (k, v) in probe.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        let stores: Vec<String> = self.stores.iter().map(|s| format!("--store {s}")).collect();
+        c.env("STORES", stores.join(" "));
+        c
+    }
+
     /// Start dlock with these arguments in the background, its output piped.
     pub fn spawn(&self, args: &[&str]) -> Child {
         let mut c = self.cmd();

@@ -4,7 +4,7 @@
 //! names partly held. The grant rule itself is in the conformance suite
 //! (`mixed_modes_in_one_grant`).
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use crate::common::etcd::EtcdServer;
@@ -33,18 +33,7 @@ fn opposite_pairs_finish(env: &Env) {
             "i=0; while [ $i -lt 100 ]; do \"{dlock}\" $STORES multilock {write} --shared {read} \
              -w 60s -- sh -c \"$SECTION\" || exit 1; i=$((i+1)); done"
         );
-        let probe = env.cmd();
-        let mut c = Command::new("sh");
-        c.args(["-c", &script]).stdout(Stdio::null());
-        for (k, v) in probe.get_envs() {
-            match v {
-                Some(v) => c.env(k, v),
-                None => c.env_remove(k),
-            };
-        }
-        let stores: Vec<String> = env.stores.iter().map(|s| format!("--store {s}")).collect();
-        c.env("STORES", stores.join(" ")).env("SECTION", &section);
-        c.spawn().unwrap()
+        env.shell(&script).env("SECTION", &section).spawn().unwrap()
     };
     let mut a = looping("p2", "p1");
     let mut b = looping("p1", "p2");

@@ -1,7 +1,7 @@
 //! The failure scenarios of the lock designs dlock was seeded from, one test each: what went
 //! wrong there must not go wrong here.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use crate::common::redis::RedisServer;
@@ -105,18 +105,7 @@ fn nested_locks_in_opposite_orders_finish_with_multilock() {
             let script = format!(
                 "i=0; while [ $i -lt 40 ]; do \"{dlock}\" $STORES multilock {first} {second} -w 30s -- true || exit 1; i=$((i+1)); done"
             );
-            let probe = env.cmd();
-            let mut c = Command::new("sh");
-            c.args(["-c", &script]).stdout(Stdio::null());
-            for (k, v) in probe.get_envs() {
-                match v {
-                    Some(v) => c.env(k, v),
-                    None => c.env_remove(k),
-                };
-            }
-            let stores: Vec<String> = env.stores.iter().map(|s| format!("--store {s}")).collect();
-            c.env("STORES", stores.join(" "));
-            c.spawn().unwrap()
+            env.shell(&script).spawn().unwrap()
         };
         let mut a = looping("p1", "p2");
         let mut b = looping("p2", "p1");
