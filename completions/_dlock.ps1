@@ -22,6 +22,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
     $completions = @(switch ($command) {
         'dlock' {
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -43,6 +44,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check each store for what dlock''s guarantees need: reachable, permitted, persistent')
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the locks that are held')
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until a lock is free, without taking it')
+            [CompletionResult]::new('shards', 'shards', [CompletionResultType]::ParameterValue, 'Manage the shard list that --shard gives')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             break
         }
@@ -57,6 +59,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)')
             [CompletionResult]::new('--events', '--events', [CompletionResultType]::ParameterName, 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -78,6 +81,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         'dlock;unlock' {
             [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Token printed by `lock`')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -97,6 +101,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Token printed by `lock`')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lease time, counted from now')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -127,6 +132,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124')
             [CompletionResult]::new('--jitter', '--jitter', [CompletionResultType]::ParameterName, 'Sleep a random time up to this long before trying for the lock')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -157,6 +163,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)')
             [CompletionResult]::new('--events', '--events', [CompletionResultType]::ParameterName, 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -176,6 +183,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;inspect' {
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -193,6 +201,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         'dlock;doctor' {
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -209,6 +218,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;list' {
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -230,6 +240,42 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock is still held at the end of the wait (default 75)')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock is still held at the end of the wait (default 75)')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
+            [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print results as JSON on stdout')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say nothing on stderr but errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say nothing on stderr but errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlock;shards' {
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
+            [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print results as JSON on stdout')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say nothing on stderr but errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say nothing on stderr but errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('adopt', 'adopt', [CompletionResultType]::ParameterValue, 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them')
+            break
+        }
+        'dlock;shards;adopt' {
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
@@ -246,6 +292,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;completions' {
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]')
+            [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')

@@ -40,11 +40,17 @@ _dlock() {
             dlock,run)
                 cmd="dlock__subcmd__run"
                 ;;
+            dlock,shards)
+                cmd="dlock__subcmd__shards"
+                ;;
             dlock,unlock)
                 cmd="dlock__subcmd__unlock"
                 ;;
             dlock,wait)
                 cmd="dlock__subcmd__wait"
+                ;;
+            dlock__subcmd__shards,adopt)
+                cmd="dlock__subcmd__shards__subcmd__adopt"
                 ;;
             *)
                 ;;
@@ -53,13 +59,17 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-v -q -h -V --store --namespace --json --color --verbose --quiet --store-timeout --help --version lock unlock extend run multilock inspect doctor list wait completions"
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version lock unlock extend run multilock inspect doctor list wait shards completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -83,13 +93,17 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__completions)
-            opts="-v -q -h -V --store --namespace --json --color --verbose --quiet --store-timeout --help --version bash elvish fish powershell zsh"
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -113,7 +127,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__doctor)
-            opts="-v -q -h -V --ttl --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --ttl --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -124,6 +138,10 @@ _dlock() {
                     return 0
                     ;;
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -147,7 +165,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__extend)
-            opts="-v -q -h -V --token --ttl --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --token --ttl --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -162,6 +180,10 @@ _dlock() {
                     return 0
                     ;;
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -185,13 +207,17 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__inspect)
-            opts="-v -q -h -V --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -215,13 +241,17 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__list)
-            opts="-v -q -h -V --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -245,7 +275,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -291,6 +321,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --namespace)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -311,7 +345,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__multilock)
-            opts="-w -n -E -v -q -h -V --shared --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --kill-grace --reason --events --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --shared --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --kill-grace --reason --events --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -361,6 +395,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --namespace)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -381,7 +419,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-w -n -E -v -q -h -V --any --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --reason --events --hold-min --max-runtime --jitter --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --any --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --reason --events --hold-min --max-runtime --jitter --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -447,6 +485,78 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --store-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__shards)
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version adopt"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --store-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__shards__subcmd__adopt)
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --namespace)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -467,7 +577,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__unlock)
-            opts="-v -q -h -V --token --force --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --token --force --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -478,6 +588,10 @@ _dlock() {
                     return 0
                     ;;
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -501,7 +615,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__wait)
-            opts="-w -E -v -q -h -V --timeout --wait --conflict-exit-code --store --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -E -v -q -h -V --timeout --wait --conflict-exit-code --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -528,6 +642,10 @@ _dlock() {
                     return 0
                     ;;
                 --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -19,6 +19,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
     var completions = [
         &'dlock'= {
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -40,6 +41,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand doctor 'Check each store for what dlock''s guarantees need: reachable, permitted, persistent'
             cand list 'List the locks that are held'
             cand wait 'Wait until a lock is free, without taking it'
+            cand shards 'Manage the shard list that --shard gives'
             cand completions 'Print a shell completion script'
         }
         &'dlock;lock'= {
@@ -53,6 +55,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --reason 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)'
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -73,6 +76,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;unlock'= {
             cand --token 'Token printed by `lock`'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -91,6 +95,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --token 'Token printed by `lock`'
             cand --ttl 'New lease time, counted from now'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -120,6 +125,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --max-runtime 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124'
             cand --jitter 'Sleep a random time up to this long before trying for the lock'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -149,6 +155,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --reason 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)'
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -167,6 +174,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;inspect'= {
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -183,6 +191,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;doctor'= {
             cand --ttl 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -198,6 +207,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;list'= {
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -218,6 +228,40 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -E 'Exit code when the lock is still held at the end of the wait (default 75)'
             cand --conflict-exit-code 'Exit code when the lock is still held at the end of the wait (default 75)'
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
+            cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
+            cand --color 'When to colour output (never when NO_COLOR is set)'
+            cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
+            cand --json 'Print results as JSON on stdout'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -q 'Say nothing on stderr but errors'
+            cand --quiet 'Say nothing on stderr but errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlock;shards'= {
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
+            cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
+            cand --color 'When to colour output (never when NO_COLOR is set)'
+            cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
+            cand --json 'Print results as JSON on stdout'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -q 'Say nothing on stderr but errors'
+            cand --quiet 'Say nothing on stderr but errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand adopt 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them'
+        }
+        &'dlock;shards;adopt'= {
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
@@ -233,6 +277,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;completions'= {
             cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlock_global_optspecs
-    string join \n store= namespace= json color= v/verbose q/quiet store-timeout= h/help V/version
+    string join \n store= shard= namespace= json color= v/verbose q/quiet store-timeout= h/help V/version
 end
 
 function __fish_dlock_needs_command
@@ -25,6 +25,7 @@ function __fish_dlock_using_subcommand
 end
 
 complete -c dlock -n "__fish_dlock_needs_command" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -44,6 +45,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "inspect" -d 'Show who h
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "doctor" -d 'Check each store for what dlock\'s guarantees need: reachable, permitted, persistent'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List the locks that are held'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "wait" -d 'Wait until a lock is free, without taking it'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "shards" -d 'Manage the shard list that --shard gives'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
@@ -52,6 +54,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'Let up to
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -66,6 +69,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s h -l help -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l token -d 'Token printed by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -80,6 +84,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s V -l version -d '
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l token -d 'Token printed by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l ttl -d 'New lease time, counted from now' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -102,6 +107,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l hold-min -d 'Keep th
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l max-runtime -d 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l jitter -d 'Sleep a random time up to this long before trying for the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -122,6 +128,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -134,6 +141,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s q -l quiet -d 
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -146,6 +154,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s h -l help -d 'Pr
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The ttl the locks will use: ZooKeeper\'s session bounds are checked against it' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -157,6 +166,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s q -l quiet -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -170,6 +180,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s V -l version -d 'Pr
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s w -l wait -l timeout -d 'Wait at most this long for the lock to be free (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit code when the lock is still held at the end of the wait (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''
@@ -180,7 +191,33 @@ complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -f -a "adopt" -d 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
 always\t''

@@ -10,6 +10,7 @@ use crate::commands::Ctx;
 use crate::engine::{Engine, timing};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
+use crate::shard::Shards;
 use crate::store::url::{self, StoreUrl};
 
 pub fn main() -> i32 {
@@ -136,12 +137,12 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
     {
         return Err((out, e));
     }
-    let engine = match open_engine(&cli.global, ttl).await {
-        Ok(e) => e,
+    let shards = match open_shards(&cli.global, ttl).await {
+        Ok(s) => s,
         Err(e) => return Err((out, e)),
     };
     let ctx = Ctx {
-        engine: std::sync::Arc::new(engine),
+        shards: std::sync::Arc::new(shards),
         namespace: cli.global.namespace.clone(),
         out,
     };
@@ -166,8 +167,57 @@ pub(crate) fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
     if raw.is_empty() {
         return Ok(vec![StoreUrl::default_file()]);
     }
+    parse_urls(&raw)
+}
+
+/// The shards: `--shard` flags, else `DLOCK_SHARDS` (shards separated by `;`); each one URL
+/// or a comma-separated quorum. Empty: not sharded. A flag of one kind beats the other
+/// kind's environment variable; `--shard` with `--store`, or both variables, is a usage error.
+pub(crate) fn shard_lists(global: &GlobalArgs) -> Result<Vec<Vec<StoreUrl>>> {
+    let from_env = global.shards.is_empty();
+    if !from_env && !global.stores.is_empty() {
+        return Err(Error::usage(
+            "--shard and --store cannot be used together: give every store in --shard \
+             (a quorum as one comma-separated --shard)",
+        ));
+    }
+    let raw: Vec<String> = if !from_env {
+        global.shards.clone()
+    } else if !global.stores.is_empty() {
+        return Ok(Vec::new());
+    } else {
+        let env = std::env::var("DLOCK_SHARDS").unwrap_or_default();
+        if env.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        if std::env::var("DLOCK_STORE").is_ok_and(|s| !s.trim().is_empty()) {
+            return Err(Error::usage(
+                "DLOCK_SHARDS and DLOCK_STORE are both set; unset one of them",
+            ));
+        }
+        env.split(';').map(str::to_string).collect()
+    };
+    let (what, n) = (if from_env { "DLOCK_SHARDS" } else { "--shard" }, raw.len());
+    let mut lists = Vec::with_capacity(n);
+    for (i, shard) in raw.iter().enumerate() {
+        let urls = url::split_list(shard);
+        if urls.is_empty() {
+            return Err(Error::usage(format!(
+                "shard {} of {n} in {what} is empty; give a store URL or a comma-separated quorum",
+                i + 1
+            )));
+        }
+        lists.push(parse_urls(&urls).map_err(|e| {
+            Error::usage(format!("shard {} of {n} in {what}: {}", i + 1, e.message))
+        })?);
+    }
+    Ok(lists)
+}
+
+/// Parse store URLs, each once.
+fn parse_urls(raw: &[String]) -> Result<Vec<StoreUrl>> {
     let mut urls: Vec<StoreUrl> = Vec::with_capacity(raw.len());
-    for r in &raw {
+    for r in raw {
         let u = url::parse(r).map_err(Error::usage)?;
         if urls.iter().any(|seen| seen.to_string() == u.to_string()) {
             return Err(Error::usage(format!(
@@ -179,8 +229,8 @@ pub(crate) fn store_urls(flags: &[String]) -> Result<Vec<StoreUrl>> {
     Ok(urls)
 }
 
-async fn open_engine(global: &GlobalArgs, ttl: Option<Duration>) -> Result<Engine> {
-    let urls = store_urls(&global.stores)?;
+async fn open_shards(global: &GlobalArgs, ttl: Option<Duration>) -> Result<Shards> {
+    let lists = shard_lists(global)?;
     let ttl = ttl.unwrap_or(Duration::from_secs(30));
     let store_timeout = global
         .store_timeout
@@ -192,7 +242,14 @@ async fn open_engine(global: &GlobalArgs, ttl: Option<Duration>) -> Result<Engin
             humantime::format_duration(ttl)
         )));
     }
-    Engine::open(&urls, &global.namespace, store_timeout)
+    if !lists.is_empty() {
+        return Shards::open(&lists, &global.namespace, store_timeout)
+            .await
+            .map_err(|e| Error::usage(e.to_string()));
+    }
+    let urls = store_urls(&global.stores)?;
+    let engine = Engine::open(&urls, &global.namespace, store_timeout)
         .await
-        .map_err(|e| Error::usage(e.to_string()))
+        .map_err(|e| Error::usage(e.to_string()))?;
+    Ok(Shards::single(engine, &global.namespace))
 }

@@ -42,6 +42,12 @@ pub struct GlobalArgs {
     #[arg(long = "store", value_name = "URL", global = true)]
     pub stores: Vec<String>,
 
+    /// One shard: a store URL or a comma-separated quorum; repeat to spread lock names over
+    /// several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards
+    /// separated by ;]
+    #[arg(long = "shard", value_name = "STORES", global = true)]
+    pub shards: Vec<String>,
+
     /// Namespace that keeps unrelated users' lock names apart
     #[arg(long, value_name = "NS", env = "DLOCK_NAMESPACE", default_value = "default",
           value_parser = names::parse_namespace, global = true)]
@@ -97,8 +103,23 @@ pub enum Command {
     List(ListArgs),
     /// Wait until a lock is free, without taking it
     Wait(WaitArgs),
+    /// Manage the shard list that --shard gives
+    Shards(ShardsArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ShardsArgs {
+    #[command(subcommand)]
+    pub action: ShardsAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ShardsAction {
+    /// Make the --shard list the one its stores serve (stop every client of the old list
+    /// first); refused while any lock is held on them
+    Adopt,
 }
 
 /// How to wait and what to do when the lock is busy.

@@ -6,6 +6,7 @@
 //! Exit: 0 healthy; 77 a store refused us; 69 a store is unreachable; 1 a setting voids a
 //! guarantee. (The worst wins in that order: a refusal needs a person, not a retry.)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -44,21 +45,34 @@ impl Report {
 }
 
 pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
-    let stores = ctx.engine.stores();
-    let query = HealthQuery {
-        ttl: args.ttl,
-        in_quorum: stores.len() > 1,
-    };
-    let limit = ctx.engine.store_timeout().max(Duration::from_secs(2));
+    let shards = ctx.shards.all();
+    // Every store of every shard at once; each judged as a member of its own shard's quorum.
+    let stores: Vec<(usize, &Arc<dyn Store>)> = shards
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.engine.stores().iter().map(move |st| (i, st)))
+        .collect();
+    let limit = shards[0].engine.store_timeout().max(Duration::from_secs(2));
     let scratch = scratch_name();
-    let reports: Vec<Report> = join_all(
-        stores
-            .iter()
-            .map(|s| examine(s.as_ref(), &scratch, query, limit)),
-    )
+    let reports: Vec<Report> = join_all(stores.iter().map(|(i, s)| {
+        let query = HealthQuery {
+            ttl: args.ttl,
+            in_quorum: shards[*i].engine.stores().len() > 1,
+        };
+        examine(s.as_ref(), &scratch, query, limit)
+    }))
     .await;
-    let need = ctx.engine.majority();
-    let usable = reports.iter().filter(|r| r.usable()).count();
+    // Per shard: stores usable, and how many are needed.
+    let quorums: Vec<(usize, usize, usize)> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mine = stores.iter().zip(&reports).filter(|((j, _), _)| *j == i);
+            let usable = mine.clone().filter(|(_, r)| r.usable()).count();
+            (usable, mine.count(), s.engine.majority())
+        })
+        .collect();
+    let (usable, total, need) = quorums[0];
     let mut host = Vec::new();
     if let Err(e) = super::trust_clock() {
         host.push(Finding::new("host clock", Severity::Void, e.message));
@@ -90,29 +104,56 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
     } else {
         (ExitCode::Success, "healthy".to_string())
     };
-    let majority = if usable >= need {
-        format!(
-            "{usable} of {} store(s) usable, {need} needed: locks can be taken",
-            reports.len()
-        )
-    } else {
-        format!(
-            "{usable} of {} store(s) usable, {need} needed: no lock can be taken",
-            reports.len()
-        )
+    let majority = |(usable, total, need): (usize, usize, usize)| {
+        let can = if usable >= need {
+            "locks can"
+        } else {
+            "no lock can"
+        };
+        format!("{usable} of {total} store(s) usable, {need} needed: {can} be taken")
     };
 
     if ctx.out.json {
-        ctx.out.json_value(&json!({
+        let mut v = json!({
             "healthy": code == ExitCode::Success,
             "verdict": verdict,
             "stores": reports,
             "host": host,
-            "quorum": { "stores": reports.len(), "need": need, "usable": usable },
-        }));
+            "quorum": { "stores": total, "need": need, "usable": usable },
+        });
+        if ctx.shards.is_sharded() {
+            // Each store's shard by index (from 1), and each shard's own quorum.
+            v["quorum"] = json!(null);
+            v["fingerprint"] = json!(ctx.shards.fingerprint());
+            for (k, (i, _)) in stores.iter().enumerate() {
+                v["stores"][k]["shard"] = json!(i + 1);
+            }
+            v["shards"] = json!(
+                shards
+                    .iter()
+                    .zip(&quorums)
+                    .enumerate()
+                    .map(|(i, (s, (usable, total, need)))| json!({
+                        "shard": i + 1,
+                        "label": s.label,
+                        "quorum": { "stores": total, "need": need, "usable": usable },
+                    }))
+                    .collect::<Vec<_>>()
+            );
+        }
+        ctx.out.json_value(&v);
     } else {
-        for r in &reports {
-            ctx.out.line(&r.store);
+        for ((i, _), r) in stores.iter().zip(&reports) {
+            if ctx.shards.is_sharded() {
+                ctx.out.line(&format!(
+                    "{}  (shard {} of {})",
+                    r.store,
+                    i + 1,
+                    shards.len()
+                ));
+            } else {
+                ctx.out.line(&r.store);
+            }
             for f in &r.findings {
                 ctx.out.line(&format!(
                     "  {:<5} {:<12} {}",
@@ -130,7 +171,14 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
                 f.text
             ));
         }
-        ctx.out.line(&format!("quorum: {majority}"));
+        if ctx.shards.is_sharded() {
+            for (i, (s, q)) in shards.iter().zip(&quorums).enumerate() {
+                ctx.out
+                    .line(&format!("shard {} ({}): {}", i + 1, s.label, majority(*q)));
+            }
+        } else {
+            ctx.out.line(&format!("quorum: {}", majority(quorums[0])));
+        }
         ctx.out.line(&format!("verdict: {verdict}"));
     }
     if code == ExitCode::Success {

@@ -10,8 +10,9 @@ use crate::exit::{Error, Result};
 
 pub async fn run(args: ExtendArgs, ctx: &Ctx) -> Result<i32> {
     let names = vec![args.name.clone()];
-    let tally = ctx.engine.extend(&names, &args.token, args.ttl).await;
-    match ctx.engine.verdict(tally) {
+    let engine = ctx.shards.engine(&args.name);
+    let tally = engine.extend(&names, &args.token, args.ttl).await;
+    match engine.verdict(tally) {
         Ok(_) => {}
         Err(EngineError::NotHolder) => {
             return Err(Error::failure(format!(

@@ -81,8 +81,10 @@ pub fn expires(ms: u64) -> String {
 }
 
 pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
-    let results = ctx.engine.inspect(&args.name).await;
-    let need = ctx.engine.majority();
+    let shard = ctx.shards.index_of(&args.name);
+    let engine = &ctx.shards.all()[shard].engine;
+    let results = engine.inspect(&args.name).await;
+    let need = engine.majority();
     let answered: Vec<&LockState> = results
         .iter()
         .filter_map(|(_, r, _)| r.as_ref().ok())
@@ -115,6 +117,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
             }
         }
     }
+    // Which shard holds the name, when there are several.
+    let on_shard = ctx.shards.is_sharded().then(|| {
+        let n = ctx.shards.all().len();
+        (shard + 1, n, &ctx.shards.all()[shard].label)
+    });
     if ctx.out.json {
         let stores: Vec<_> = results
             .iter()
@@ -129,7 +136,7 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                 Err(e) => json!({ "store": store, "state": "unreachable", "error": e.to_string(), "warnings": warnings }),
             })
             .collect();
-        ctx.out.json_value(&json!({
+        let mut v = json!({
             "name": args.name,
             "namespace": ctx.namespace,
             "held": !merged.holders.is_empty(),
@@ -145,7 +152,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                 "unreachable": unreachable,
             },
             "stores": stores,
-        }));
+        });
+        if let Some((i, n, label)) = on_shard {
+            v["shard"] = json!({ "shard": i, "of": n, "stores": label });
+        }
+        ctx.out.json_value(&v);
         return Ok(0);
     }
     let out = &ctx.out;
@@ -155,6 +166,9 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
         out.paint("held", |s| colored::Colorize::red(s))
     };
     out.line(&format!("{}  {state}", args.name));
+    if let Some((i, n, label)) = on_shard {
+        out.line(&format!("  shard     {i} of {n}: {label}"));
+    }
     for q in &merged.holders {
         let h = &q.holder;
         let since = h

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::future::join_all;
 use serde_json::json;
 
 use super::Ctx;
 use super::engine_error;
-use super::inspect::{expires, merge, who};
+use super::inspect::{Merged, expires, merge, who};
 use crate::cli::ListArgs;
-use crate::engine::EngineError;
+use crate::engine::{Engine, EngineError};
 use crate::exit::Result;
 use crate::meta::{field, printable};
 use crate::store::LockState;
@@ -25,9 +26,10 @@ fn why(meta: &serde_json::Value) -> String {
     s
 }
 
-pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
-    let results = ctx.engine.list(&args.prefix).await;
-    let need = ctx.engine.majority();
+/// The held names of one shard, each merged over the shard's stores.
+async fn shard_rows(engine: &Engine, prefix: &str) -> Result<Vec<(String, Merged)>> {
+    let results = engine.list(prefix).await;
+    let need = engine.majority();
     let mut errors = Vec::new();
     let mut by_name: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
     let mut answered = 0;
@@ -46,24 +48,42 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
         return Err(engine_error(EngineError::Unavailable(errors.join("; "))));
     }
     let mut rows = Vec::new();
-    for (name, states) in &by_name {
+    for (name, states) in by_name {
         let refs: Vec<&LockState> = states.iter().collect();
         let m = merge(&refs, need);
         if !m.holders.is_empty() {
             rows.push((name, m));
         }
     }
+    Ok(rows)
+}
+
+pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
+    // Every shard at once; a shard without a majority fails the whole list, as a store
+    // quorum without one does.
+    let all = ctx.shards.all();
+    let per_shard = join_all(all.iter().map(|s| shard_rows(&s.engine, &args.prefix))).await;
+    let mut rows: Vec<(usize, String, Merged)> = Vec::new();
+    for (i, r) in per_shard.into_iter().enumerate() {
+        rows.extend(r?.into_iter().map(|(name, m)| (i, name, m)));
+    }
+    rows.sort_by(|a, b| a.1.cmp(&b.1));
+    let sharded = ctx.shards.is_sharded();
     if ctx.out.json {
         let locks: Vec<_> = rows
             .iter()
-            .map(|(name, m)| {
-                json!({
+            .map(|(shard, name, m)| {
+                let mut v = json!({
                     "name": name,
                     "mode": m.holders[0].holder.mode,
                     "holders": m.holders,
                     "waiters": m.waiters.len(),
                     "fence": m.fence,
-                })
+                });
+                if sharded {
+                    v["shard"] = json!(shard + 1);
+                }
+                v
             })
             .collect();
         ctx.out
@@ -73,16 +93,35 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
     if rows.is_empty() {
         return Ok(0);
     }
-    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(4).max(4);
+    let width = rows
+        .iter()
+        .map(|(_, n, _)| n.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    // The shard column only when there are shards: a plain table stays as scripts know it.
+    let shard = |s: String| {
+        if sharded {
+            format!("{s:>5}  ")
+        } else {
+            String::new()
+        }
+    };
     ctx.out.line(&format!(
-        "{:width$}  {:<9}  {:>7}  {:>6}  {:>9}  OWNER",
-        "NAME", "MODE", "HOLDERS", "FENCE", "EXPIRES"
+        "{:width$}  {}{:<9}  {:>7}  {:>6}  {:>9}  OWNER",
+        "NAME",
+        shard("SHARD".into()),
+        "MODE",
+        "HOLDERS",
+        "FENCE",
+        "EXPIRES"
     ));
     // The reason and the CI job follow the owner, each only when the holder gave one.
-    for (name, m) in rows {
+    for (i, name, m) in rows {
         let first = &m.holders[0].holder;
         ctx.out.line(&format!(
-            "{name:width$}  {:<9}  {:>7}  {:>6}  {:>9}  {}",
+            "{name:width$}  {}{:<9}  {:>7}  {:>6}  {:>9}  {}",
+            shard((i + 1).to_string()),
             first.mode.to_string(),
             m.holders.len(),
             m.fence,

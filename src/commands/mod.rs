@@ -9,6 +9,7 @@ pub mod list;
 pub mod lock;
 pub mod multilock;
 pub mod run;
+pub mod shards;
 pub mod unlock;
 pub mod wait;
 mod waiting;
@@ -22,18 +23,20 @@ use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 
 use crate::cli::{AcquireArgs, Command, HolderArgs, ModeArgs};
-use crate::engine::{Engine, EngineError, Lease, Wait, previous};
+use crate::engine::{EngineError, Lease, Wait, previous};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
+use crate::shard::Shards;
 use crate::store::{Acquire, Mode};
 use crate::supervisor::signals::{STOPPING, Signals};
 use waiting::{Outcome, Waiting};
 
-/// What every command gets: the stores, the namespace, and where to print. It lives here, not
-/// in `app`, so that commands need nothing from the module that dispatches to them.
+/// What every command gets: the stores (as shards; one without `--shard`), the namespace, and
+/// where to print. It lives here, not in `app`, so that commands need nothing from the module
+/// that dispatches to them.
 pub struct Ctx {
-    pub engine: std::sync::Arc<Engine>,
+    pub shards: std::sync::Arc<Shards>,
     pub namespace: String,
     pub out: Output,
 }
@@ -49,6 +52,7 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
         Command::List(a) => list::run(a, ctx).await,
         Command::Wait(a) => wait::run(a, ctx).await,
         Command::Doctor(a) => doctor::run(a, ctx).await,
+        Command::Shards(a) => shards::run(a, ctx).await,
         Command::Completions(a) => {
             completions::run(&a, &ctx.out);
             Ok(0)
@@ -119,14 +123,16 @@ pub async fn acquire_any(
         (false, Some(d)) => Wait::For(d),
         (false, None) => Wait::Forever,
     };
+    // Before anything is granted: this client's shard list must be the one its stores serve.
+    ctx.shards.check_list().await?;
     let mut signals = Signals::catch(&STOPPING)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     let (busy, busy_seen) = tokio::sync::watch::channel(0u32);
     let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
     let token = (reqs.len() == 1).then(|| reqs[0].token.as_str());
-    let mut waiting = Waiting::new(&ctx.out, &ctx.engine, &all, token, events);
+    let mut waiting = Waiting::new(&ctx.out, &ctx.shards, &all, token, events);
     let ended = tokio::select! {
-        r = first_granted(&ctx.engine, reqs, wait, &busy) => Ok(r),
+        r = first_granted(&ctx.shards, reqs, wait, &busy) => Ok(r),
         sig = signals.recv() => Err(sig),
         never = waiting.follow(busy_seen) => match never {},
     };
@@ -135,7 +141,7 @@ pub async fn acquire_any(
             reqs.iter()
                 .enumerate()
                 .filter(move |(i, _)| Some(*i) != except)
-                .map(|(_, r)| ctx.engine.release(&r.names, &r.token)),
+                .map(|(_, r)| ctx.shards.release(&r.names, &r.token)),
         )
     };
     let (won, r) = match ended {
@@ -251,7 +257,7 @@ pub fn millis(d: Duration) -> u64 {
 /// The first of `reqs` to be granted, with its index; if none is, the last answer (every
 /// request ran to its end: busy, timed out, or failed).
 async fn first_granted(
-    engine: &Engine,
+    shards: &Shards,
     reqs: &[Acquire],
     wait: Wait,
     busy: &tokio::sync::watch::Sender<u32>,
@@ -259,7 +265,7 @@ async fn first_granted(
     let mut racing: FuturesUnordered<_> = reqs
         .iter()
         .enumerate()
-        .map(|(i, r)| async move { (i, engine.acquire_reporting(r, wait, Some(busy)).await) })
+        .map(|(i, r)| async move { (i, shards.acquire_reporting(r, wait, Some(busy)).await) })
         .collect();
     let mut last = None;
     while let Some((i, r)) = racing.next().await {

@@ -42,7 +42,7 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
             return Ok(0);
         }
         supervisor::supervise_with(
-            &ctx.engine,
+            &ctx.shards,
             &ctx.out,
             lease,
             dog,

@@ -51,7 +51,7 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         // A run that does not get its lock drops its watchdog, which then ends.
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         supervisor::supervise_with(
-            &ctx.engine,
+            &ctx.shards,
             &ctx.out,
             lease,
             dog,

@@ -20,11 +20,12 @@ pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
     } else {
         Vec::new()
     };
+    let engine = ctx.shards.engine(&args.name);
     let tally = match &args.token {
-        Some(token) => ctx.engine.release(&names, token).await,
-        None => ctx.engine.force_release(&names).await,
+        Some(token) => engine.release(&names, token).await,
+        None => engine.force_release(&names).await,
     };
-    let released = match ctx.engine.verdict(tally) {
+    let released = match engine.verdict(tally) {
         Ok(_) => true,
         Err(EngineError::NotHolder) if args.force => false,
         Err(EngineError::NotHolder) => {
@@ -76,7 +77,7 @@ pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
 
 /// Every holder any store reports for `name` (a failed read only means less to report).
 async fn holders(ctx: &Ctx, name: &str) -> Vec<QuorumHolder> {
-    let results = ctx.engine.inspect(name).await;
+    let results = ctx.shards.engine(name).inspect(name).await;
     let answered: Vec<&LockState> = results
         .iter()
         .filter_map(|(_, r, _)| r.as_ref().ok())

@@ -24,9 +24,9 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
     let start = tokio::time::Instant::now();
     let no_events = Events::default();
     let (busy, busy_seen) = tokio::sync::watch::channel(0u32);
-    let mut waiting = Waiting::new(&ctx.out, &ctx.engine, &names, None, &no_events);
+    let mut waiting = Waiting::new(&ctx.out, &ctx.shards, &names, None, &no_events);
     let ended = tokio::select! {
-        r = ctx.engine.wait_free(&args.name, wait, Some(&busy)) => Ok(r),
+        r = ctx.shards.engine(&args.name).wait_free(&args.name, wait, Some(&busy)) => Ok(r),
         sig = signals.recv() => Err(sig),
         never = waiting.follow(busy_seen) => match never {},
     };

@@ -17,10 +17,10 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
 
 use super::inspect::{QuorumHolder, merge};
-use crate::engine::Engine;
 use crate::events::Events;
 use crate::meta::{self, compact, printable};
 use crate::output::Output;
+use crate::shard::Shards;
 use crate::store::{LockState, Waiter};
 
 /// Fewest seconds between two reads of the holder, however often the engine finds it busy.
@@ -60,7 +60,7 @@ struct Seen {
 
 pub struct Waiting<'a> {
     out: &'a Output,
-    engine: &'a Engine,
+    shards: &'a Shards,
     names: &'a [String],
     /// Our own token, to count the waiters ahead of us where the store keeps a queue.
     token: Option<&'a str>,
@@ -75,7 +75,7 @@ pub struct Waiting<'a> {
 impl<'a> Waiting<'a> {
     pub fn new(
         out: &'a Output,
-        engine: &'a Engine,
+        shards: &'a Shards,
         names: &'a [String],
         token: Option<&'a str>,
         events: &'a Events,
@@ -89,7 +89,7 @@ impl<'a> Waiting<'a> {
         };
         Waiting {
             out,
-            engine,
+            shards,
             names,
             token,
             events,
@@ -196,7 +196,8 @@ impl<'a> Waiting<'a> {
     async fn refresh(&mut self) {
         for name in self.names {
             let reads = join_all(
-                self.engine
+                self.shards
+                    .engine(name)
                     .stores()
                     .iter()
                     .map(|s| timeout(READ_LIMIT, s.inspect(name))),

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::store::{Acquire, Attempt, Listener, LockState, Store, StoreError, StoreResult};
+use crate::store::{
+    Acquire, Attempt, Listener, LockState, Store, StoreError, StoreResult, TagWrite,
+};
 
 /// A store that could not be opened: every call fails with the reason it could not.
 pub(super) struct Down {
@@ -43,6 +45,9 @@ impl Store for Down {
         self.err()
     }
     async fn list(&self, _: &str) -> StoreResult<Vec<LockState>> {
+        self.err()
+    }
+    async fn shard_list(&self, _: &str, _: TagWrite) -> StoreResult<String> {
         self.err()
     }
 }

@@ -670,3 +670,46 @@ pub async fn inspect_and_list_show_the_live_holders(subject: &Subject) {
     release(&*s, &a).await;
     assert_eq!(listed(&*s, "app/").await, ["app/b"]);
 }
+
+/// The shard-list record: the first write wins (also of two at once), later `IfAbsent`
+/// writes read it back unchanged, `Replace` overwrites it, and `list` never shows it.
+pub async fn shard_list_is_written_once(subject: &Subject) {
+    use super::TagWrite::{IfAbsent, Replace};
+    let ns = namespace("shards");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let tag = |what: &str| format!("{what}-{:08x}", rand::random::<u32>());
+    let record = |s: &Arc<dyn Store>, tag: String, write| {
+        let s = s.clone();
+        async move {
+            within(s.shard_list(&tag, write))
+                .await
+                .unwrap_or_else(|e| panic!("shard_list: {e}"))
+        }
+    };
+    let (a, b) = (tag("a"), tag("b"));
+    let (got_a, got_b) = tokio::join!(
+        record(&s, a.clone(), IfAbsent),
+        record(&t, b.clone(), IfAbsent)
+    );
+    assert_eq!(
+        got_a, got_b,
+        "two first writers read back different records"
+    );
+    assert!(got_a == a || got_a == b, "{got_a:?} is neither write");
+    assert_eq!(
+        record(&s, tag("c"), IfAbsent).await,
+        got_a,
+        "a later write replaced it"
+    );
+    let d = tag("d");
+    assert_eq!(record(&t, d.clone(), Replace).await, d);
+    assert_eq!(
+        record(&s, tag("e"), IfAbsent).await,
+        d,
+        "the replaced record"
+    );
+    assert!(
+        listed(&*s, "").await.is_empty(),
+        "the record is listed as a lock"
+    );
+}

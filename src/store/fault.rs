@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Acquire, Attempt, ErrorKind, Listener, LockState, Store, StoreError, StoreResult};
+use super::{
+    Acquire, Attempt, ErrorKind, Listener, LockState, Store, StoreError, StoreResult, TagWrite,
+};
 
 /// What happens to a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +38,7 @@ pub enum Op {
     Raise,
     Inspect,
     List,
+    ShardList,
 }
 
 pub struct FaultyStore {
@@ -131,5 +134,10 @@ impl Store for FaultyStore {
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
         self.call(Op::List, self.inner.list(prefix)).await
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.call(Op::ShardList, self.inner.shard_list(tag, write))
+            .await
     }
 }

@@ -9,6 +9,7 @@
 //! Waiters are woken by inotify on the directory (the rename of a state file).
 
 mod doctor;
+mod shards;
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -24,7 +25,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Previous,
-    Store, StoreError, StoreResult,
+    Store, StoreError, StoreResult, TagWrite,
 };
 use crate::sys;
 
@@ -268,6 +269,10 @@ impl Store for FileStore {
 
     fn describe(&self) -> &str {
         &self.0.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write).await
     }
 
     async fn try_acquire(&self, req: &Acquire, _queue: bool) -> StoreResult<Attempt> {

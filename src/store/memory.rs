@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::{
     Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreResult,
-    Waiter,
+    TagWrite, Waiter,
 };
 
 /// A handle on one in-memory store; clones share the same locks (two clients of one store).
@@ -28,6 +28,8 @@ pub struct MemoryStore {
     locks: Arc<Mutex<BTreeMap<String, Lock>>>,
     /// Bumped on every release: listeners wake when it moves past what they saw.
     releases: Arc<watch::Sender<u64>>,
+    /// The shard-list record (`Store::shard_list`), apart from the locks.
+    shard_list: Arc<Mutex<Option<String>>>,
 }
 
 #[derive(Default)]
@@ -68,7 +70,16 @@ impl MemoryStore {
             desc: desc.into(),
             locks: Arc::default(),
             releases: Arc::new(watch::channel(0).0),
+            shard_list: Arc::default(),
         }
+    }
+
+    fn record_shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        let mut record = self.shard_list.lock().unwrap_or_else(|p| p.into_inner());
+        if write == TagWrite::Replace || record.is_none() {
+            *record = Some(tag.to_string());
+        }
+        Ok(record.clone().unwrap_or_default())
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, Lock>) -> T) -> T {
@@ -115,6 +126,10 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn describe(&self) -> &str {
         &self.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write)
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {

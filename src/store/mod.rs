@@ -167,6 +167,20 @@ impl Acquire {
         self.modes.iter().all(|m| *m == first).then_some(first)
     }
 
+    /// The same request for some of its names (a shard's or a slot's part), each keeping
+    /// its mode.
+    pub fn part(&self, names: &[String]) -> Acquire {
+        let mode = |n: &String| {
+            let i = self.names.iter().position(|m| m == n);
+            self.modes[i.expect("a name of the request")]
+        };
+        Acquire {
+            names: names.to_vec(),
+            modes: names.iter().map(mode).collect(),
+            ..self.clone()
+        }
+    }
+
     /// Whether any name is taken in another mode than exclusive.
     pub fn sharing(&self) -> bool {
         self.modes.iter().any(|m| *m != Mode::Exclusive)
@@ -400,6 +414,17 @@ pub fn clock_finding(health: &mut Health, server_ms: i64, before: i64, after: i6
     health.findings.push(Finding::new("clock", severity, text));
 }
 
+/// How `Store::shard_list` treats a record that is already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagWrite {
+    /// Write only where there is none yet (a shard's first use), atomically: of two
+    /// clients writing different tags at once, one wins and both read back the winner.
+    IfAbsent,
+    /// Overwrite whatever is there (`dlock shards adopt`, once every client of the old list
+    /// is stopped).
+    Replace,
+}
+
 /// Wakes a waiter when a lock it waits for may have changed hands.
 #[async_trait]
 pub trait Listener: Send {
@@ -443,6 +468,12 @@ pub trait Store: Send + Sync {
 
     /// Every name under the prefix that has a live holder.
     async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>>;
+
+    /// The namespace's shard-list record: the fingerprint of the shard list this store serves
+    /// (see `crate::shard::record`). Write `tag` as `write` says, in one atomic operation,
+    /// and answer the record as it stands afterwards. It lives apart from every lock name's
+    /// keys, never expires, and is never listed as a lock.
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 
     /// Hints for `inspect` about how this store is set up (e.g. missing persistence).
     async fn warnings(&self) -> Vec<String> {

@@ -22,10 +22,11 @@ use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use crate::engine::{Engine, EngineError, Lease, previous, timing};
+use crate::engine::{EngineError, Lease, previous, timing};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
+use crate::shard::Shards;
 use crate::sys;
 use signals::{FORWARDED, Signals};
 
@@ -84,12 +85,12 @@ pub fn standby_watchdog(out: &Output, grace: Duration) -> Option<watchdog::Watch
 }
 
 /// Run `command` while `lease` is held, watched by `dog` (from `standby_watchdog`); release
-/// the lease when it exits and return the exit code dlock should end with. `engine` renews
+/// the lease when it exits and return the exit code dlock should end with. `shards` renews
 /// and releases the lease; `out` reports; renewals, their failures, a loss and the release go
 /// to `events`.
 #[allow(clippy::too_many_arguments)]
 pub async fn supervise_with(
-    engine: &Arc<Engine>,
+    shards: &Arc<Shards>,
     out: &Output,
     lease: Lease,
     dog: Option<watchdog::Watchdog>,
@@ -121,7 +122,7 @@ pub async fn supervise_with(
             if let Some(d) = dog {
                 d.stop();
             }
-            engine.release(&lease.req.names, &lease.req.token).await;
+            shards.release(&lease.req.names, &lease.req.token).await;
             return Err(e);
         }
     };
@@ -140,7 +141,7 @@ pub async fn supervise_with(
         trouble: None,
     });
     let renewer = tokio::spawn(keep_alive(
-        engine.clone(),
+        shards.clone(),
         lease.clone(),
         tx,
         events.clone(),
@@ -244,7 +245,7 @@ pub async fn supervise_with(
     // command's group killed first, and --hold-min keeps the lease.
     let plain = lost.is_none() && overrun_kill_at.is_none() && limits.hold_min.is_none();
     let early = if plain {
-        Some(engine.release(&lease.req.names, &lease.req.token).await)
+        Some(shards.release(&lease.req.names, &lease.req.token).await)
     } else {
         None
     };
@@ -282,7 +283,7 @@ pub async fn supervise_with(
     {
         // Leave the lease to run out on the store at start + hold-min, not released: no
         // other host (whatever its clock says) runs the job again within that window.
-        hold_until(engine, out, &lease, left, hold).await;
+        hold_until(shards, out, &lease, left, hold).await;
         let ended = exit_status(status, overran, limits);
         // Not released: left to run out on the store at the end of --hold-min.
         released(json!({ "expires_in_ms": left.as_millis() as u64 }), &ended);
@@ -290,12 +291,12 @@ pub async fn supervise_with(
     }
     let tally = match early {
         Some(tally) => tally,
-        None => engine.release(&lease.req.names, &lease.req.token).await,
+        None => shards.release(&lease.req.names, &lease.req.token).await,
     };
-    if !tally.errors.is_empty() && lost.is_none() {
+    if tally.errors().next().is_some() && lost.is_none() {
         // A store that was down all along is no news; a release that left the lease held on
         // a majority (until its ttl) is.
-        let report = if tally.yes >= engine.majority() {
+        let report = if shards.confirmed(&tally) {
             Output::debug
         } else {
             Output::warn
@@ -305,8 +306,7 @@ pub async fn supervise_with(
             &format!(
                 "could not release on every store (the lease will expire there): {}",
                 tally
-                    .errors
-                    .iter()
+                    .errors()
                     .map(|e| e.to_string())
                     .collect::<Vec<_>>()
                     .join("; ")
@@ -318,10 +318,7 @@ pub async fn supervise_with(
     }
     let ended = exit_status(status, overran, limits);
     // false: no majority confirmed the release; the lease runs out by its ttl.
-    released(
-        json!({ "confirmed": tally.yes >= engine.majority() }),
-        &ended,
-    );
+    released(json!({ "confirmed": shards.confirmed(&tally) }), &ended);
     ended
 }
 
@@ -357,10 +354,10 @@ fn ended_code(ended: &Result<i32>) -> i32 {
 }
 
 /// Set the lease to run out `left` from now (the end of the `--hold-min` window) and leave it.
-async fn hold_until(engine: &Engine, out: &Output, lease: &Lease, left: Duration, hold: Duration) {
+async fn hold_until(shards: &Shards, out: &Output, lease: &Lease, left: Duration, hold: Duration) {
     let req = &lease.req;
-    let tally = engine.extend(&req.names, &req.token, left).await;
-    match engine.verdict(tally) {
+    let tally = shards.extend(&req.names, &req.token, left).await;
+    match shards.verdict(tally) {
         Ok(_) => {
             out.debug(&format!(
                 "keeping {} for the rest of --hold-min {} ({} more); the lease runs out on the store",
@@ -442,7 +439,7 @@ fn spawn(
 /// Renew every ttl/3 (jittered); after a failed renewal try again sooner, for as long as the
 /// lease may still be saved. Ends after reporting a definite loss.
 async fn keep_alive(
-    engine: Arc<Engine>,
+    shards: Arc<Shards>,
     mut lease: Lease,
     tx: watch::Sender<Health>,
     events: Events,
@@ -452,7 +449,7 @@ async fn keep_alive(
     let mut pause = timing::jitter(timing::renew_period(ttl), 0.1);
     loop {
         sleep(pause).await;
-        match engine.renew(&mut lease).await {
+        match shards.renew(&mut lease).await {
             Ok(()) => {
                 tx.send_replace(Health {
                     deadline: lease.deadline,

@@ -13,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod partition;
+mod sharded;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -1208,7 +1209,7 @@ fn main() {
                 cfg.fault_gap = humantime::parse_duration(&val("--fault-gap")).unwrap()
             }
             "--list" => {
-                for s in SETUPS {
+                for s in SETUPS.iter().chain(&["sharded"]) {
                     println!("{s}: test");
                 }
                 return;
@@ -1239,6 +1240,11 @@ fn main() {
         } else {
             failed += 1;
         }
+    }
+    if filters.is_empty() || filters.iter().any(|f| "sharded".contains(f.as_str())) {
+        let (line, ok) = sharded::run(cfg.clients, cfg.sections);
+        println!("checker: {line}{}", if ok { "" } else { " FAILED" });
+        if ok { passed += 1 } else { failed += 1 }
     }
     println!("{passed} passed, {failed} failed");
     if failed > 0 {

@@ -180,6 +180,7 @@ macro_rules! conformance {
                 listener_wakes_on_release,
                 queued_writer_and_later_reader,
                 inspect_and_list_show_the_live_holders,
+                shard_list_is_written_once,
             );
         }
     )*};

@@ -22,6 +22,7 @@ mod proxy;
 mod quorum;
 mod refused;
 mod regressions;
+mod shards;
 mod store_etcd;
 mod store_redis;
 mod store_redis_cluster;

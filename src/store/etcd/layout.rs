@@ -34,6 +34,14 @@ impl Layout {
         }
     }
 
+    /// The namespace's shard-list record: outside `dlock/`, so no range of lock keys holds it.
+    pub fn shard_list(&self) -> String {
+        format!(
+            "dlock-shards/{}",
+            &self.base["dlock/".len()..self.base.len() - 1]
+        )
+    }
+
     /// Every key of the namespace whose name starts with `prefix`.
     pub fn names_from(&self, prefix: &str) -> String {
         format!("{}{prefix}", self.base)

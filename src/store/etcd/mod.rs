@@ -22,6 +22,7 @@ mod handover;
 mod layout;
 mod lease;
 mod release;
+mod shards;
 mod view;
 mod watch;
 
@@ -37,7 +38,7 @@ use tokio::time::Instant;
 use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Store, StoreError,
-    StoreResult, Waiter,
+    StoreResult, TagWrite, Waiter,
 };
 use conn::Endpoints;
 use layout::Layout;
@@ -296,6 +297,10 @@ impl Store for EtcdStore {
 
     fn describe(&self) -> &str {
         &self.inner.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write).await
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {

@@ -17,6 +17,7 @@
 mod bell;
 mod doctor;
 mod schema;
+mod shards;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use mysql_async::{Conn, OptsBuilder, Row, SslOpts, Value};
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions};
 use super::url::ServerUrl;
-use super::{Health, HealthQuery, Listener, StoreError, StoreResult};
+use super::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 use bell::Bells;
 use schema::{Sql, classify};
 
@@ -264,6 +265,10 @@ fn load(names: &[String], records: &[Row], holders: &[Row], waiters: &[Row]) -> 
 impl Backend for Mysql {
     fn describe(&self) -> &str {
         &self.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write).await
     }
 
     async fn transact(

@@ -16,6 +16,7 @@
 
 mod doctor;
 mod schema;
+mod shards;
 mod wake;
 
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use tokio_postgres::{Client, Row};
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions};
 use super::url::ServerUrl;
-use super::{Health, HealthQuery, Listener, StoreResult};
+use super::{Health, HealthQuery, Listener, StoreResult, TagWrite};
 use schema::{Sql, classify};
 use wake::Wakeups;
 
@@ -335,6 +336,10 @@ fn load(names: &[String], records: &[Row], rows: &[Row]) -> Vec<Rows> {
 impl Backend for Postgres {
     fn describe(&self) -> &str {
         &self.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write).await
     }
 
     async fn transact(

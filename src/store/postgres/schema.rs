@@ -28,7 +28,7 @@ pub struct Sql {
 }
 
 /// An advisory lock key of dlock's own, held while creating its tables.
-const SETUP_LOCK: i64 = 0x646c_6f63_6b00;
+pub(super) const SETUP_LOCK: i64 = 0x646c_6f63_6b00;
 
 impl Sql {
     pub fn new(schema: &str) -> Sql {

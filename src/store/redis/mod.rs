@@ -17,6 +17,7 @@
 mod conn;
 mod connect;
 mod doctor;
+mod shards;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use connect::{certificates, client, connection_info};
 use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState,
-    MAX_POLL, Mode, Previous, Store, StoreError, StoreResult, Waiter,
+    MAX_POLL, Mode, Previous, Store, StoreError, StoreResult, TagWrite, Waiter,
 };
 
 macro_rules! script {
@@ -412,6 +413,10 @@ impl RedisStore {
 impl Store for RedisStore {
     fn describe(&self) -> &str {
         &self.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write).await
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {

@@ -18,7 +18,7 @@ use super::tls::Files;
 use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Severity, Store,
-    StoreError, StoreResult,
+    StoreError, StoreResult, TagWrite,
 };
 use rules::{GrantRequest, Outcome, Rows, Write};
 
@@ -60,6 +60,9 @@ pub trait Backend: Send + Sync + 'static {
     fn bell(&self, _token: &str) -> i64 {
         0
     }
+
+    /// The namespace's shard-list record (`Store::shard_list`), in a table of its own.
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 
     /// Names under the prefix that have a holder row (live or not).
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>>;
@@ -217,6 +220,10 @@ impl<B: Backend> SqlStore<B> {
 impl<B: Backend> Store for SqlStore<B> {
     fn describe(&self) -> &str {
         self.0.describe()
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.0.shard_list(tag, write).await
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {

@@ -24,6 +24,7 @@ mod doctor;
 mod inspect;
 mod layout;
 mod lease;
+mod shards;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,7 @@ use zookeeper_client::{
 use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, ErrorKind, Health, HealthQuery, Listener, LockState, Store, StoreError,
-    StoreResult,
+    StoreResult, TagWrite,
 };
 use conn::{Conn, classify};
 use layout::{Child, Paths, Record};
@@ -424,6 +425,10 @@ impl Inner {
 impl Store for ZkStore {
     fn describe(&self) -> &str {
         &self.inner.desc
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.record_shard_list(tag, write).await
     }
 
     async fn health(&self, query: HealthQuery) -> StoreResult<Health> {

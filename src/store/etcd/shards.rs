@@ -1,0 +1,37 @@
+//! The etcd store's shard-list record (`Store::shard_list`): one key per namespace with no
+//! lease, written by a transaction that puts it only where it has never been created.
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+
+use super::EtcdStore;
+use crate::store::{StoreError, StoreResult, TagWrite};
+
+impl EtcdStore {
+    pub(super) async fn record_shard_list(
+        &self,
+        tag: &str,
+        write: TagWrite,
+    ) -> StoreResult<String> {
+        let key = self.inner.layout.shard_list();
+        let put = TxnOp::put(key.clone(), tag, None);
+        let txn = match write {
+            TagWrite::IfAbsent => Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([put])
+                .or_else([TxnOp::get(key, None)]),
+            TagWrite::Replace => Txn::new().and_then([put]),
+        };
+        let resp = self.inner.txn(txn).await?;
+        if resp.succeeded() {
+            return Ok(tag.to_string());
+        }
+        resp.op_responses()
+            .into_iter()
+            .find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                _ => None,
+            })
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .ok_or_else(|| StoreError::protocol("the shard-list record vanished as it was read"))
+    }
+}

@@ -1,0 +1,37 @@
+//! The file store's shard-list record (`Store::shard_list`): the file `.shards` in the
+//! namespace's directory. A lock name never starts with `.`, so it can be no lock's file.
+
+use std::fs;
+use std::io;
+
+use super::{FileStore, io_err};
+use crate::store::{StoreResult, TagWrite};
+
+impl FileStore {
+    pub(super) async fn record_shard_list(
+        &self,
+        tag: &str,
+        write: TagWrite,
+    ) -> StoreResult<String> {
+        let tag = tag.to_string();
+        // Under the namespace's flock, as every other write: read, decide, replace by rename.
+        self.locked(move |fs| {
+            let path = fs.dir.join(".shards");
+            let now = match fs::read_to_string(&path) {
+                Ok(s) => Some(s),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io_err("cannot read", &path, e)),
+            };
+            match now {
+                Some(s) if write == TagWrite::IfAbsent => Ok(s),
+                _ => {
+                    let tmp = fs.dir.join(".tmp");
+                    fs::write(&tmp, &tag).map_err(|e| io_err("cannot write", &tmp, e))?;
+                    fs::rename(&tmp, &path).map_err(|e| io_err("cannot replace", &path, e))?;
+                    Ok(tag)
+                }
+            }
+        })
+        .await
+    }
+}
