@@ -382,3 +382,62 @@ fn bad_shard_lists_are_usage_errors() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["shard"]["of"], 2, "{v}");
 }
+
+/// The commands beside lock and run work on the shard a name lives on: `extend` and
+/// `unlock` by token, `wait` until the name is free, `run --any` over names on both shards,
+/// and `doctor` reports every store with its shard.
+#[test]
+fn extend_wait_any_and_doctor_work_per_shard() {
+    let s = servers(2);
+    let shards = shard_args(&s.iter().collect::<Vec<_>>());
+    let env = Env::file();
+    let (a, b) = on_two_shards(&env, &shards);
+    let token = stdout(&run(&env, &shards, &["lock", &b, "--ttl", "2s"]));
+    assert_code(
+        &run(
+            &env,
+            &shards,
+            &["extend", &b, "--token", &token, "--ttl", "60s"],
+        ),
+        0,
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&run(&env, &shards, &["--json", "inspect", &b]).stdout).unwrap();
+    let left = v["holders"][0]["ttl_left_ms"].as_u64().unwrap();
+    assert!(left > 2000, "extend did not reach b's shard: {v}");
+    // `wait` on b is still waiting while it is held, and returns once it is released.
+    assert_code(&run(&env, &shards, &["wait", &b, "-w", "300ms"]), 75);
+    // `run --any` over a (free) and b (held) gets a, whichever it tries first.
+    let o = run(
+        &env,
+        &shards,
+        &[
+            "run",
+            "--any",
+            &a,
+            &b,
+            "-n",
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_NAME",
+        ],
+    );
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o).trim(), a);
+    assert_code(&run(&env, &shards, &["unlock", &b, "--token", &token]), 0);
+    assert_code(&run(&env, &shards, &["wait", &b, "-w", "5s"]), 0);
+    // doctor: each store, with its shard.
+    let o = run(&env, &shards, &["--json", "doctor"]);
+    assert_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut seen: Vec<u64> = v["stores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| st["shard"].as_u64().expect("a store's shard"))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [1, 2], "{v}");
+    assert_eq!(v["shards"].as_array().map(Vec::len), Some(2), "{v}");
+}
