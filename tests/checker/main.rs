@@ -10,9 +10,14 @@
 //! `cargo test --test checker` runs every setup at CI scale; on demand, full scale:
 //! `cargo test --release --test checker -- --full [SETUP...]`. See RELIABILITY.md.
 
+mod clock;
+mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
+mod contention;
+mod lost_grant;
 mod partition;
+mod waiters;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -234,6 +239,24 @@ enum Fault {
     PartitionDropReplies,
     /// Partition a holder from a minority of a quorum: it must keep its lock.
     PartitionMinority,
+    /// Partition a holder from one member of an etcd cluster or ZooKeeper ensemble (of
+    /// three): it keeps its lock, or is stopped as by a cut from a majority.
+    PartitionMember,
+    /// Lose the reply of a grant the store applied: the client must not enter, and the
+    /// orphaned grant must be freed within the ttl.
+    LostGrant,
+    /// Delay one server (one store of a quorum, one member) by a large fraction of the store
+    /// timeout for a while, under contention.
+    Delay,
+    /// SIGKILL a `dlock run` while it waits for the lock (queued): nothing of it may be left,
+    /// and the queue moves on.
+    WaiterKill,
+    /// SIGSTOP the Redis Cluster master that owns the name past the node timeout (its replica
+    /// takes over), then SIGCONT it.
+    MasterPause,
+    /// A holder whose process clock runs at another rate (libfaketime), cut from its stores
+    /// where it has a proxy to be cut by.
+    ClockRate,
 }
 
 impl Fault {
@@ -251,6 +274,12 @@ impl Fault {
             Fault::PartitionBlackhole => "partition-blackhole",
             Fault::PartitionDropReplies => "partition-drop-replies",
             Fault::PartitionMinority => "partition-minority",
+            Fault::PartitionMember => "partition-member",
+            Fault::LostGrant => "lost-grant",
+            Fault::Delay => "delay",
+            Fault::WaiterKill => "waiter-kill",
+            Fault::MasterPause => "master-pause",
+            Fault::ClockRate => "clock-rate",
         }
     }
 
@@ -258,11 +287,15 @@ impl Fault {
         self.cuts_majority() || self == Fault::PartitionMinority
     }
 
-    /// A partition that leaves the holder without a majority: it must stop its child.
+    /// A partition that may leave the holder without a majority: if it is stopped, it must be
+    /// within the ttl of the cut, with dlock exit 70.
     fn cuts_majority(self) -> bool {
         matches!(
             self,
-            Fault::PartitionBlackhole | Fault::PartitionDropReplies
+            Fault::PartitionBlackhole
+                | Fault::PartitionDropReplies
+                | Fault::PartitionMember
+                | Fault::ClockRate
         )
     }
 }
@@ -290,11 +323,6 @@ struct Setup {
     min_ttl: Duration,
 }
 
-/// The Redis Cluster key whose slot holds the checked name.
-fn cluster_key() -> String {
-    format!("dlock:{{default:{NAME}}}:f")
-}
-
 impl Setup {
     fn new(name: &'static str) -> Setup {
         use Fault::*;
@@ -309,7 +337,7 @@ impl Setup {
         match name {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
-                faults: vec![HolderKill, HolderStop, ClockJump],
+                faults: vec![HolderKill, HolderStop, ClockJump, WaiterKill, ClockRate],
                 min_ttl: short,
             },
             // A single server cannot be restarted empty without losing its fence counter
@@ -324,6 +352,10 @@ impl Setup {
                     RestartAof,
                     PartitionBlackhole,
                     PartitionDropReplies,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
                 ],
                 min_ttl: short,
             },
@@ -339,6 +371,10 @@ impl Setup {
                     PartitionBlackhole,
                     PartitionDropReplies,
                     PartitionMinority,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
                 ],
                 min_ttl: short,
             },
@@ -346,7 +382,15 @@ impl Setup {
             // `wait_replicas=1`: without it a failover may lose a grant (README).
             "cluster" => Setup {
                 stores: Stores::Cluster(RedisCluster::start(3, 1)),
-                faults: vec![HolderKill, HolderStop, ClockJump, MasterKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    ClockJump,
+                    MasterKill,
+                    MasterPause,
+                    WaiterKill,
+                    ClockRate,
+                ],
                 min_ttl: short,
             },
             // Three members; a fault stops or kills the leader (one of three).
@@ -360,6 +404,11 @@ impl Setup {
                     NodeKill,
                     PartitionBlackhole,
                     PartitionDropReplies,
+                    PartitionMember,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
                 ],
                 min_ttl: Duration::from_secs(2),
             },
@@ -373,6 +422,11 @@ impl Setup {
                     NodeKill,
                     PartitionBlackhole,
                     PartitionDropReplies,
+                    PartitionMember,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
                 ],
                 min_ttl: Duration::from_secs(2),
             },
@@ -386,6 +440,10 @@ impl Setup {
                     ServerRestart,
                     PartitionBlackhole,
                     PartitionDropReplies,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
                 ],
                 min_ttl: short,
             },
@@ -399,6 +457,10 @@ impl Setup {
                     ServerRestart,
                     PartitionBlackhole,
                     PartitionDropReplies,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
                 ],
                 min_ttl: short,
             },
@@ -523,6 +585,8 @@ struct Config {
     fault_gap: Duration,
     /// Stop a setup that has not finished by then (reported as stalled).
     limit: Duration,
+    /// The clock rate of every clock-rate victim, instead of the rates in turn.
+    clock_rate: Option<f64>,
 }
 
 /// What one fault did: when, to whom, and how it ended.
@@ -565,6 +629,9 @@ struct Run {
     record: Mutex<Record>,
     tally: Tally,
     done: AtomicBool,
+    /// While set, the clients start no new `dlock run` (those running finish): a fault that
+    /// needs the lock free or held by its own blocker sets it.
+    hold_off: AtomicBool,
 }
 
 impl Run {
@@ -574,9 +641,14 @@ impl Run {
 
     /// `dlock run` as `dlock_run`, on the stores of `env`.
     fn dlock_run_on(&self, env: &Env, client: &str, hold: Duration) -> Command {
+        self.dlock_run_ttl(env, client, hold, self.cfg.ttl)
+    }
+
+    /// `dlock_run_on` with a ttl of its own.
+    fn dlock_run_ttl(&self, env: &Env, client: &str, hold: Duration, ttl: Duration) -> Command {
         let mut c = env.cmd();
         c.args(["run", NAME, "--ttl"])
-            .arg(humantime::format_duration(self.cfg.ttl).to_string())
+            .arg(humantime::format_duration(ttl).to_string())
             .args(["-w", "60s", "--"])
             .arg(std::env::current_exe().unwrap())
             .arg("section")
@@ -650,6 +722,10 @@ impl Run {
     fn client(&self, id: usize) {
         let name = format!("c{id}");
         while !self.done.load(Ordering::SeqCst) {
+            if self.hold_off.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             let mut c = self.dlock_run(&name, self.cfg.hold);
             let mut child = c.spawn().expect("spawn dlock");
             self.finish(&mut child, Duration::from_secs(120));
@@ -728,29 +804,7 @@ impl Run {
                 redis_fault(fault, &mut servers[..k], ttl);
                 format!("{k} of {} servers", servers.len())
             }
-            Stores::Cluster(c) => {
-                assert_eq!(fault, Fault::MasterKill);
-                let key = cluster_key();
-                let old = c.master_of(&key);
-                c.nodes[old].kill();
-                let start = Instant::now();
-                let took_over = common::wait_for(Duration::from_secs(30), || {
-                    c.try_master_of(&key).is_some_and(|m| m != old) && c.healthy()
-                });
-                let failover = start.elapsed();
-                c.nodes[old].restart();
-                // Back as a replica of the new master, in sync, before the next fault: with
-                // `wait_replicas=1` nothing is granted on the name's slot until then.
-                let synced = common::wait_for(Duration::from_secs(30), || {
-                    c.replica_synced(old) && c.healthy()
-                });
-                format!(
-                    "master {old} killed, replica took over {took_over} after {} ms, \
-                     old master back as a synced replica {synced} after {} ms",
-                    failover.as_millis(),
-                    start.elapsed().as_millis()
-                )
-            }
+            Stores::Cluster(c) => cluster::master_fault(c, fault),
             Stores::Etcd(e) => {
                 let leader = e.leader();
                 match fault {
@@ -877,6 +931,12 @@ struct Summary {
     late_stops: usize,
     /// Holders cut from a minority of a quorum that did not keep their lock (dlock exit 0).
     minority_losses: Option<usize>,
+    /// Holders cut from one member of three that were stopped (exit 70) rather than kept it.
+    member_cut_stops: Option<usize>,
+    /// Lost grant replies: the longest time from the loss to another client's entry, and the
+    /// victims that entered all the same (the reply crossed before it could be dropped).
+    max_lost_grant_free_ms: Option<u64>,
+    lost_grant_heard: usize,
     details: Vec<String>,
 }
 
@@ -946,14 +1006,16 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
         top = top.max(cur.fence);
     }
     partition::check_cuts(&mut s, &secs, faults, ttl);
+    lost_grant::check(&mut s, &secs, faults, ttl);
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
     let slack = (ttl / 2).max(Duration::from_millis(500));
-    // A holder cut from a minority keeps its lock: nobody is due to enter after it.
-    for f in faults
-        .iter()
-        .filter(|f| f.fault != Fault::PartitionMinority)
-    {
+    // A holder cut from a minority (or a member) that kept its lock: nobody is due to enter
+    // after it. A lost grant is judged on its own (lost_grant::check).
+    for f in faults.iter().filter(|f| {
+        !(matches!(f.fault, Fault::PartitionMinority | Fault::PartitionMember) && f.exit == Some(0))
+            && f.fault != Fault::LostGrant
+    }) {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;
         };
@@ -999,6 +1061,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         record: Mutex::new(Record::default()),
         tally: Tally::default(),
         done: AtomicBool::new(false),
+        hold_off: AtomicBool::new(false),
     });
     let started = Instant::now();
     // The watcher keeps the record current and notices sections that died without an exit.
@@ -1038,6 +1101,10 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let fault = setup.faults[n % setup.faults.len()];
         let inj = match fault {
             Fault::HolderKill | Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
+            Fault::ClockRate => run.clock_rate_fault(n, &setup),
+            Fault::LostGrant => run.lost_grant_fault(n, &setup),
+            Fault::Delay => run.delay_fault(n, &setup),
+            Fault::WaiterKill => run.waiter_kill_fault(n),
             f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };
@@ -1086,7 +1153,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for i in &injected {
         *kinds.entry(i.fault.name().to_string()).or_default() += 1;
-        for what in ["refused", "never entered"] {
+        for what in ["refused", "never entered", "entered first", "no grant seen"] {
             if i.outcome.starts_with(what) {
                 *kinds
                     .entry(format!("{} {what}", i.fault.name()))
@@ -1119,6 +1186,15 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     };
     if let Some(n) = summary.minority_losses {
         cuts_txt.push_str(&format!(" minority-cut-losses={n}"));
+    }
+    if let Some(n) = summary.member_cut_stops {
+        cuts_txt.push_str(&format!(" member-cut-stops={n}"));
+    }
+    if let Some(ms) = summary.max_lost_grant_free_ms {
+        cuts_txt.push_str(&format!(
+            " max-lost-grant-free-ms={ms} lost-grants-heard={}",
+            summary.lost_grant_heard
+        ));
     }
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
@@ -1187,6 +1263,7 @@ fn main() {
         hold: Duration::from_millis(2),
         fault_gap: Duration::from_millis(300),
         limit: Duration::from_secs(120),
+        clock_rate: None,
     };
     let mut filters: Vec<String> = Vec::new();
     let mut it = args.into_iter();
@@ -1203,6 +1280,8 @@ fn main() {
             "--clients" => cfg.clients = val("--clients").parse().unwrap(),
             "--sections" => cfg.sections = val("--sections").parse().unwrap(),
             "--ttl" => cfg.ttl = humantime::parse_duration(&val("--ttl")).unwrap(),
+            // One rate for every clock-rate victim (x0.5 shows what the fault can find).
+            "--clock-rate" => cfg.clock_rate = Some(val("--clock-rate").parse().unwrap()),
             "--hold" => cfg.hold = humantime::parse_duration(&val("--hold")).unwrap(),
             "--fault-gap" => {
                 cfg.fault_gap = humantime::parse_duration(&val("--fault-gap")).unwrap()
@@ -1254,5 +1333,6 @@ fn cfg_clone(c: &Config) -> Config {
         hold: c.hold,
         fault_gap: c.fault_gap,
         limit: c.limit,
+        clock_rate: c.clock_rate,
     }
 }
