@@ -8,11 +8,12 @@
 //! enter within that ttl and a little more. `max-lost-grant-free-ms` is the longest time from
 //! the loss to that entry.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::common::proxy::Mode;
 use crate::partition::Proxied;
-use crate::{Fault, Injected, NAME, Run, Section, Setup, Summary, mono_ns};
+use crate::{Fault, Injected, NAME, Run, Section, Setup, Stores, Summary, mono_ns};
 
 /// The victim's lease is this many checker ttls: long enough that a grant freed by the store's
 /// expiry rather than by dlock's release shows in the figure.
@@ -21,18 +22,22 @@ const VICTIM_TTLS: u32 = 4;
 impl Run {
     pub(crate) fn lost_grant_fault(&self, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl * VICTIM_TTLS;
-        // dlock's default store timeout for that ttl; each way is delayed 3/8 of it, so the
-        // grant's round trip still fits and its reply would be heard but for the drop.
+        // dlock's default store timeout for that ttl; each way is delayed a quarter of it, so
+        // the grant's round trip still fits and its reply would be heard but for the drop. A
+        // ZooKeeper grant takes more round trips: its victim gets three times the timeout.
         let timeout = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let way = Proxied::new(setup);
-        way.set_all(Mode::Delay(timeout * 3 / 8));
+        way.set_all(Mode::Delay(timeout / 4));
         let victim = format!("v{n}-lost-grant");
-        self.hold_off
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let mut child = self
-            .dlock_run_ttl(&way.env, &victim, self.cfg.hold, ttl)
-            .spawn()
-            .expect("spawn the victim");
+        self.hold_off.store(true, Ordering::SeqCst);
+        let mut cmd = self.dlock_run_ttl(&way.env, &victim, self.cfg.hold, ttl);
+        if matches!(setup.stores, Stores::Zk(_)) {
+            cmd.env(
+                "DLOCK_STORE_TIMEOUT",
+                format!("{}ms", (timeout * 3).as_millis()),
+            );
+        }
+        let mut child = cmd.spawn().expect("spawn the victim");
         let pid = child.id();
         let start = Instant::now();
         let mut at = None;
@@ -47,8 +52,7 @@ impl Run {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        self.hold_off
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.hold_off.store(false, Ordering::SeqCst);
         let (code, said) = self.finish_saying(&mut child, ttl * 2 + Duration::from_secs(10));
         // Healed only once the victim is done.
         drop(way);

@@ -597,7 +597,7 @@ struct Injected {
     victim: Option<String>,
     /// When the holder died or froze, or was cut off (for the stuck-lock check).
     at: Option<u64>,
-    /// The victim's `dlock run` exit code, for the partition faults (which require 70).
+    /// The victim's `dlock run` exit code, for the partition faults and the clock jump.
     exit: Option<i32>,
     outcome: String,
 }
@@ -740,7 +740,9 @@ impl Run {
         let mut cmd = self.dlock_run(&victim, ttl * 4);
         if fault == Fault::ClockJump {
             // The clock starts honest and is moved once the victim holds the lock.
-            std::fs::write(&jump_file, "+0\n").unwrap();
+            // Set back to where the kernel's monotonic clock is (clock::honest_offset), so
+            // that dlock's check at start-up passes and the jump comes mid-section.
+            std::fs::write(&jump_file, format!("{}\n", clock::honest_offset())).unwrap();
             cmd.env("LD_PRELOAD", common::libfaketime())
                 .env("FAKETIME_TIMESTAMP_FILE", &jump_file)
                 .env("FAKETIME_NO_CACHE", "1");
@@ -763,7 +765,7 @@ impl Run {
                 },
             };
         };
-        let mut at = None;
+        let (mut at, mut exit) = (None, None);
         let outcome = match fault {
             Fault::HolderKill => {
                 signal(dlock_pid, libc::SIGKILL);
@@ -781,8 +783,11 @@ impl Run {
                 format!("dlock exit {code}")
             }
             Fault::ClockJump => {
-                std::fs::write(&jump_file, "-1h\n").unwrap();
+                let back = clock::honest_offset().parse::<f64>().unwrap() - 3600.0;
+                std::fs::write(&jump_file, format!("{back:.3}\n")).unwrap();
+                at = Some(mono_ns());
                 let code = self.finish(&mut child, ttl * 4 + Duration::from_secs(10));
+                exit = Some(code);
                 format!("dlock exit {code}")
             }
             _ => unreachable!(),
@@ -791,7 +796,7 @@ impl Run {
             fault,
             victim: Some(victim),
             at,
-            exit: None,
+            exit,
             outcome,
         }
     }
@@ -1006,6 +1011,18 @@ fn check(record: &Record, faults: &[Injected], ttl: Duration, beyond: &[Fault]) 
         top = top.max(cur.fence);
     }
     partition::check_cuts(&mut s, &secs, faults, ttl);
+    // A holder whose clock jumped back cannot time its lease: it must end with exit 70 (its
+    // watchdog, on the kernel's clock, stops the command), not with the command's own status.
+    for f in faults
+        .iter()
+        .filter(|f| f.fault == Fault::ClockJump && f.at.is_some() && f.exit != Some(70))
+    {
+        s.late_stops += 1;
+        s.details.push(format!(
+            "clock jump: {:?} ended with dlock exit {:?}, not 70",
+            f.victim, f.exit
+        ));
+    }
     lost_grant::check(&mut s, &secs, faults, ttl);
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
