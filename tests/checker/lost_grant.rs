@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::Mode;
 use crate::partition::Proxied;
-use crate::{Fault, Injected, NAME, Run, Section, Setup, Stores, Summary, mono_ns};
+use crate::{Fault, Injected, NAME, Run, Section, Setup, Summary, mono_ns};
 
 /// The victim's lease is this many checker ttls: long enough that a grant freed by the store's
 /// expiry rather than by dlock's release shows in the figure.
@@ -23,19 +23,19 @@ impl Run {
     pub(crate) fn lost_grant_fault(&self, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl * VICTIM_TTLS;
         // dlock's default store timeout for that ttl; each way is delayed a quarter of it, so
-        // the grant's round trip still fits and its reply would be heard but for the drop. A
-        // ZooKeeper grant takes more round trips: its victim gets three times the timeout.
+        // the grant's round trip still fits and its reply would be heard but for the drop.
+        // Where a grant takes several round trips (a SQL transaction, ZooKeeper's create and
+        // list) the victim gets as many times the timeout, and the delay stays long enough
+        // for the checker to see the grant before its reply is due.
         let timeout = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let way = Proxied::new(setup);
         way.set_all(Mode::Delay(timeout / 4));
         let victim = format!("v{n}-lost-grant");
         self.hold_off.store(true, Ordering::SeqCst);
         let mut cmd = self.dlock_run_ttl(&way.env, &victim, self.cfg.hold, ttl);
-        if matches!(setup.stores, Stores::Zk(_)) {
-            cmd.env(
-                "DLOCK_STORE_TIMEOUT",
-                format!("{}ms", (timeout * 3).as_millis()),
-            );
+        if setup.round_trips() > 1 {
+            let longer = timeout * (setup.round_trips() + 1);
+            cmd.env("DLOCK_STORE_TIMEOUT", format!("{}ms", longer.as_millis()));
         }
         let mut child = cmd.spawn().expect("spawn the victim");
         let pid = child.id();

@@ -480,6 +480,20 @@ impl Setup {
         }
     }
 
+    /// Round trips to one server in a grant, about, a new connection's included (each `dlock
+    /// run` is a new process): a SQL store's transaction takes several (begin, read, write,
+    /// commit), and a MariaDB session several more to start; a ZooKeeper grant two (create,
+    /// then list the queue); Redis and etcd one. The delay and lost-grant faults size their
+    /// delays by it.
+    fn round_trips(&self) -> u32 {
+        match &self.stores {
+            Stores::Mysql(_) => 8,
+            Stores::Postgres(_) => 4,
+            Stores::Zk(_) => 2,
+            _ => 1,
+        }
+    }
+
     /// The servers a fault may take down: a minority (the one server of a single store).
     fn minority(&self) -> usize {
         match &self.stores {
