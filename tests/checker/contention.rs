@@ -2,7 +2,7 @@
 //! of which (one store of a quorum, one member of an etcd cluster or ZooKeeper ensemble, the
 //! only server of a single store) delays every chunk each way by 2/5 of the store timeout
 //! (shared among the round trips of a grant where it takes several), so that a grant takes
-//! 4/5 of it, for three ttls while they contend with the other clients.
+//! 4/5 of it, for two ttls while they contend with the other clients.
 //! Their sections go in the record with everyone's: no overlap, no fence regression.
 
 use std::thread;
@@ -24,7 +24,7 @@ impl Run {
         // A grant of several round trips would never fit: the delay is shared among them.
         let delay = timeout * 2 / 5 / setup.round_trips();
         way.proxies[slow].set(Mode::Delay(delay));
-        let until = Instant::now() + ttl * 3;
+        let until = Instant::now() + ttl * 2;
         let codes: Vec<i32> = thread::scope(|s| {
             let runs: Vec<_> = (0..DELAYED)
                 .map(|i| {
@@ -54,7 +54,7 @@ impl Run {
                 "server {slow} of {} delayed {} ms each way for {} ms: {} runs, {ok} exit 0",
                 way.proxies.len(),
                 delay.as_millis(),
-                (ttl * 3).as_millis(),
+                (ttl * 2).as_millis(),
                 codes.len()
             ),
         }

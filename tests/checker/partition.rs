@@ -188,20 +188,27 @@ pub(crate) fn check_cuts(s: &mut Summary, secs: &[Section], faults: &[Injected],
             ));
         }
     }
+    // A holder cut from one member may renew through the others for a while and give up
+    // later (its lease renewed all along, so no ttl bound): it keeps its lock or ends with 70.
     for f in faults.iter().filter(|f| f.fault == Fault::PartitionMember) {
         let stops = s.member_cut_stops.get_or_insert(0);
         if f.at.is_some() && f.exit == Some(70) {
             *stops += 1;
+        } else if f.at.is_some() && f.exit != Some(0) {
+            s.late_stops += 1;
+            s.details.push(format!(
+                "member cut: {:?} ended with dlock exit {:?}",
+                f.victim, f.exit
+            ));
         }
     }
-    for f in faults.iter().filter(|f| f.fault.cuts_majority()) {
+    for f in faults
+        .iter()
+        .filter(|f| f.fault.cuts_majority() && f.fault != Fault::PartitionMember)
+    {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;
         };
-        // A member cut that kept its lock is not a stop to time.
-        if f.fault == Fault::PartitionMember && f.exit == Some(0) {
-            continue;
-        }
         let end = secs
             .iter()
             .find(|x| &x.client == victim)
