@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::Mode;
 use crate::partition::Proxied;
-use crate::{Fault, Injected, NAME, Run, Section, Setup, Summary, mono_ns};
+use crate::{Fault, Injected, Run, Section, Setup, Summary, mono_ns};
 
 /// The victim's lease is this many checker ttls: long enough that a grant freed by the store's
 /// expiry rather than by dlock's release shows in the figure.
@@ -42,7 +42,7 @@ impl Run {
         let start = Instant::now();
         let mut at = None;
         while start.elapsed() < Duration::from_secs(20) {
-            if self.holds(pid) {
+            if self.listed("holders", pid) {
                 way.set_all(Mode::DropReplies);
                 at = Some(mono_ns());
                 break;
@@ -70,15 +70,6 @@ impl Run {
                 None => format!("no grant seen, dlock exit {code}: {said}"),
             },
         }
-    }
-
-    /// Whether the `dlock` with this pid holds the lock (on a majority), by the stores.
-    fn holds(&self, pid: u32) -> bool {
-        let o = self.env.run(&["--json", "inspect", NAME]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        v["holders"]
-            .as_array()
-            .is_some_and(|h| h.iter().any(|h| h["meta"]["pid"] == pid))
     }
 }
 

@@ -686,6 +686,16 @@ impl Run {
         record.sections.iter().find(|s| s.client == client).cloned()
     }
 
+    /// Whether `inspect` lists the `dlock` with this pid in `field` ("holders": on a
+    /// majority; "waiters"). A failed `inspect` (a store held up by a fault) lists nobody.
+    fn listed(&self, field: &str, pid: u32) -> bool {
+        let o = self.env.run(&["--json", "inspect", NAME]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v[field]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["meta"]["pid"] == pid))
+    }
+
     /// Wait until the client's section has begun; returns its child's pid. None if its dlock
     /// ended first (refused) or it did not get in within `limit`.
     fn wait_entered(&self, client: &str, dlock: &mut Child, limit: Duration) -> Option<u32> {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::common::signal;
-use crate::{Fault, Injected, NAME, Run, mono_ns};
+use crate::{Fault, Injected, Run, mono_ns};
 
 impl Run {
     pub(crate) fn waiter_kill_fault(&self, n: usize) -> Injected {
@@ -29,7 +29,7 @@ impl Run {
         let start = Instant::now();
         let mut listed = false;
         while blocking && start.elapsed() < ttl / 4 && !listed {
-            listed = self.waiting(pid);
+            listed = self.listed("waiters", pid);
         }
         let mut at = None;
         let outcome =
@@ -58,14 +58,5 @@ impl Run {
             exit: None,
             outcome: format!("{outcome}, dlock exit {code}"),
         }
-    }
-
-    /// Whether the store lists the `dlock` with this pid among the waiters.
-    fn waiting(&self, pid: u32) -> bool {
-        let o = self.env.run(&["--json", "inspect", NAME]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        v["waiters"]
-            .as_array()
-            .is_some_and(|w| w.iter().any(|w| w["meta"]["pid"] == pid))
     }
 }
