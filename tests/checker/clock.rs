@@ -16,19 +16,10 @@ const RATES: [f64; 3] = [0.95, 0.99, 1.05];
 
 /// Run `cmd` on a clock that runs at `rate` (1.0 is real time), sleeps scaled alike.
 pub(crate) fn bend(cmd: &mut Command, rate: f64) {
-    cmd.env("LD_PRELOAD", common::libfaketime())
-        .env("FAKETIME", format!("{} x{rate}", honest_offset()));
-}
-
-/// libfaketime gives CLOCK_MONOTONIC the faked wall-clock time: a process under it with
-/// `FAKETIME=+0` sees a monotonic clock decades off the kernel's, and dlock refuses it at
-/// start-up. Set back by the distance between the two clocks, the faked monotonic clock
-/// starts where the kernel's is, and only its rate is bent.
-pub(crate) fn honest_offset() -> String {
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    format!("-{:.3}", (wall - dlock::sys::monotonic()).as_secs_f64())
+    cmd.env("LD_PRELOAD", common::libfaketime()).env(
+        "FAKETIME",
+        format!("{:.3} x{rate}", common::honest_offset()),
+    );
 }
 
 impl Run {

@@ -766,9 +766,9 @@ impl Run {
         let mut cmd = self.dlock_run(&victim, ttl * 4);
         if fault == Fault::ClockJump {
             // The clock starts honest and is moved once the victim holds the lock.
-            // Set back to where the kernel's monotonic clock is (clock::honest_offset), so
+            // Set back to where the kernel's monotonic clock is (common::honest_offset), so
             // that dlock's check at start-up passes and the jump comes mid-section.
-            std::fs::write(&jump_file, format!("{}\n", clock::honest_offset())).unwrap();
+            std::fs::write(&jump_file, format!("{:.3}\n", common::honest_offset())).unwrap();
             cmd.env("LD_PRELOAD", common::libfaketime())
                 .env("FAKETIME_TIMESTAMP_FILE", &jump_file)
                 .env("FAKETIME_NO_CACHE", "1");
@@ -810,7 +810,7 @@ impl Run {
                 format!("dlock exit {code}")
             }
             Fault::ClockJump => {
-                let back = clock::honest_offset().parse::<f64>().unwrap() - 3600.0;
+                let back = common::honest_offset() - 3600.0;
                 std::fs::write(&jump_file, format!("{back:.3}\n")).unwrap();
                 at = Some(mono_ns());
                 let jumped = Instant::now();
