@@ -1071,8 +1071,19 @@ fn check(
         !(matches!(f.fault, Fault::PartitionMinority | Fault::PartitionMember) && f.exit == Some(0))
             && f.fault != Fault::LostGrant
     }) {
-        let (Some(at), Some(victim)) = (f.at, &f.victim) else {
+        let (Some(cut), Some(victim)) = (f.at, &f.victim) else {
             continue;
+        };
+        // A holder cut from one member renews through the others until it gives up: nobody
+        // is due to enter before its child is stopped, so its gap counts from then.
+        let at = match f.fault {
+            Fault::PartitionMember => secs
+                .iter()
+                .filter(|x| &x.client == victim)
+                .map(Section::end)
+                .max()
+                .map_or(cut, |end| end.max(cut)),
+            _ => cut,
         };
         let next = secs
             .iter()
