@@ -15,7 +15,9 @@ impl Run {
     /// (every server of a single store) turn into blackholes or drop every reply. dlock must stop
     /// the child (exit 70) before the lease can run out on the stores, so within the ttl of
     /// the cut and before anybody else enters. Cut from a minority, it keeps its lock: the
-    /// child runs its whole section and dlock exits 0.
+    /// child runs its whole section and dlock exits 0. Cut from one member of an etcd
+    /// cluster or ZooKeeper ensemble, it keeps its lock or is stopped cleanly (exit 70). The
+    /// clock-rate victim (on a bent clock, see `clock.rs`) is cut as by a blackhole.
     pub(crate) fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl;
         let way = Proxied::new(setup);
