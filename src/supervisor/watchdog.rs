@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::sys;
 
-/// The watchdog's exit status when it had to stop the command.
+/// The watchdog's exit status when it had to stop the command (SIGTERM or SIGKILL).
 const FIRED: i32 = 3;
 /// Sent instead of a deadline: dlock has sent SIGTERM itself.
 const TERMINATED: u64 = u64::MAX;
@@ -189,6 +189,9 @@ unsafe fn watch(fds: [libc::c_int; 2], mut deadline: u64, grace: u64, margin: u6
         // Nothing to stop until dlock names the child's group.
         let mut pgid: libc::pid_t = 0;
         let mut term_sent = false;
+        // Whether the watchdog sent the SIGTERM itself: a command that ends on it ended for
+        // the lease, and dlock must say so (exit 70) when it reaps the watchdog.
+        let mut fired = false;
         let mut buf = [0u8; 64];
         loop {
             let now = now_ns();
@@ -201,6 +204,7 @@ unsafe fn watch(fds: [libc::c_int; 2], mut deadline: u64, grace: u64, margin: u6
             if pgid != 0 && !term_sent && now >= term_at {
                 libc::kill(-pgid, libc::SIGTERM);
                 term_sent = true;
+                fired = true;
             }
             let next = if term_sent { kill_at } else { term_at };
             // Without a group yet, wait for dlock's next message however long it takes.
@@ -233,7 +237,7 @@ unsafe fn watch(fds: [libc::c_int; 2], mut deadline: u64, grace: u64, margin: u6
             let n = libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len());
             if n == 0 {
                 // dlock closed its end (or died): nothing left to watch.
-                libc::_exit(0);
+                libc::_exit(if fired { FIRED } else { 0 });
             }
             if n > 0 {
                 decode(&buf[..n as usize], &mut deadline, &mut pgid, &mut term_sent);

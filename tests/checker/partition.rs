@@ -15,44 +15,29 @@ impl Run {
     /// (every server of a single store) turn into blackholes or drop every reply. dlock must stop
     /// the child (exit 70) before the lease can run out on the stores, so within the ttl of
     /// the cut and before anybody else enters. Cut from a minority, it keeps its lock: the
-    /// child runs its whole section and dlock exits 0.
+    /// child runs its whole section and dlock exits 0. Cut from one member of an etcd
+    /// cluster or ZooKeeper ensemble, it keeps its lock or is stopped cleanly (exit 70). The
+    /// clock-rate victim (on a bent clock, see `clock.rs`) is cut as by a blackhole.
     pub(crate) fn partition_fault(&self, fault: Fault, n: usize, setup: &Setup) -> Injected {
         let ttl = self.cfg.ttl;
-        // One proxy per server named in the setup's URLs, which the victim is given with
-        // each server's port replaced by its proxy's. A majority is one of the stores of a
-        // quorum, or every server of a single store (the members of an etcd cluster or a
-        // ZooKeeper ensemble are one store).
-        let urls = setup.urls();
-        let ports: Vec<u16> = urls.iter().flat_map(|u| loopback_ports(u)).collect();
-        let proxies: Vec<Proxy> = ports.iter().map(|&p| Proxy::to_port(p)).collect();
-        let to_proxy: BTreeMap<u16, u16> = ports
-            .iter()
-            .zip(&proxies)
-            .map(|(&s, p)| (s, p.port))
-            .collect();
-        let env = Env::with_stores(
-            urls.iter()
-                .map(|u| with_ports(u, |p| to_proxy[&p]))
-                .collect(),
-        );
-        let n_servers = ports.len();
-        let majority = if urls.len() > 1 {
-            urls.len() / 2 + 1
-        } else {
-            n_servers
-        };
+        let way = Proxied::new(setup);
+        let (proxies, n_servers, majority) = (&way.proxies, way.proxies.len(), way.majority);
         let victim = format!("v{n}-{}", fault.name());
-        let mut child = self
-            .dlock_run_on(&env, &victim, ttl * 4)
-            .spawn()
-            .expect("spawn the victim");
+        let mut cmd = self.dlock_run_on(&way.env, &victim, ttl * 4);
+        let rate = (fault == Fault::ClockRate).then(|| self.clock_rate());
+        if let Some(rate) = rate {
+            crate::clock::bend(&mut cmd, rate);
+        }
+        let mut child = cmd.spawn().expect("spawn the victim");
         let entered = self.wait_entered(&victim, &mut child, Duration::from_secs(60));
         let (mode, cut) = match fault {
-            Fault::PartitionBlackhole => (Mode::Blackhole, majority),
+            Fault::PartitionBlackhole | Fault::ClockRate => (Mode::Blackhole, majority),
             Fault::PartitionDropReplies => (Mode::DropReplies, majority),
+            Fault::PartitionMember => (Mode::Blackhole, 1),
             _ => (Mode::Blackhole, (n_servers - 1) / 2),
         };
-        let mut order: Vec<usize> = (0..n_servers).collect();
+        // A member cut: each in turn.
+        let mut order: Vec<usize> = (0..n_servers).map(|i| (i + n) % n_servers).collect();
         let mut held = String::new();
         if fault == Fault::PartitionMinority && entered.is_some() {
             // A lease may be on a bare majority only (a split vote left it off the rest): a
@@ -75,8 +60,12 @@ impl Run {
         // The child of a victim that keeps its lease runs 4 x ttl; give it that and more.
         let (code, said) = self.finish_saying(&mut child, ttl * 6 + Duration::from_secs(10));
         // Healed only once the victim is done, so nothing it sent late can help it.
-        drop(proxies);
+        drop(way);
         let said = said.trim().replace('\n', " / ");
+        let held = match rate {
+            Some(r) => format!("{held}, clock x{r}"),
+            None => held,
+        };
         Injected {
             fault,
             victim: Some(victim),
@@ -112,6 +101,49 @@ impl Run {
     }
 }
 
+/// A client's own way to the servers: one fault proxy per server named in the setup's URLs,
+/// and an environment whose URLs go through them.
+pub(crate) struct Proxied {
+    pub(crate) proxies: Vec<Proxy>,
+    pub(crate) env: Env,
+    /// How many servers a cut must take to leave no majority: a majority of the stores of a
+    /// quorum, or every server of a single store (the members of an etcd cluster or a
+    /// ZooKeeper ensemble are one store).
+    pub(crate) majority: usize,
+}
+
+impl Proxied {
+    pub(crate) fn new(setup: &Setup) -> Proxied {
+        let urls = setup.urls();
+        let ports: Vec<u16> = urls.iter().flat_map(|u| loopback_ports(u)).collect();
+        let proxies: Vec<Proxy> = ports.iter().map(|&p| Proxy::to_port(p)).collect();
+        let to_proxy: BTreeMap<u16, u16> = ports
+            .iter()
+            .zip(&proxies)
+            .map(|(&s, p)| (s, p.port))
+            .collect();
+        let env = Env::with_stores(
+            urls.iter()
+                .map(|u| with_ports(u, |p| to_proxy[&p]))
+                .collect(),
+        );
+        let majority = if urls.len() > 1 {
+            urls.len() / 2 + 1
+        } else {
+            ports.len()
+        };
+        Proxied {
+            proxies,
+            env,
+            majority,
+        }
+    }
+
+    pub(crate) fn set_all(&self, mode: Mode) {
+        self.proxies.iter().for_each(|p| p.set(mode));
+    }
+}
+
 /// The ports of the `127.0.0.1:PORT` hosts in a store URL, in order.
 fn loopback_ports(url: &str) -> Vec<u16> {
     let mut out = Vec::new();
@@ -141,9 +173,10 @@ fn with_ports(url: &str, mut f: impl FnMut(u16) -> u16) -> String {
 }
 
 /// What partitions must show in the record: the victim of a cut from a majority stopped
-/// (dlock exit 70) within the ttl of the cut; one cut from a minority keeps its lock.
+/// (dlock exit 70) within the ttl of the cut; one cut from a minority keeps its lock; one cut
+/// from one member of an etcd cluster or a ZooKeeper ensemble keeps it or is stopped as from
+/// a majority.
 pub(crate) fn check_cuts(s: &mut Summary, secs: &[Section], faults: &[Injected], ttl: Duration) {
-    // Partitions: the victim's child stopped (dlock exit 70) within the ttl of the cut.
     for f in faults
         .iter()
         .filter(|f| f.fault == Fault::PartitionMinority)
@@ -157,7 +190,24 @@ pub(crate) fn check_cuts(s: &mut Summary, secs: &[Section], faults: &[Injected],
             ));
         }
     }
-    for f in faults.iter().filter(|f| f.fault.cuts_majority()) {
+    // A holder cut from one member may renew through the others for a while and give up
+    // later (its lease renewed all along, so no ttl bound): it keeps its lock or ends with 70.
+    for f in faults.iter().filter(|f| f.fault == Fault::PartitionMember) {
+        let stops = s.member_cut_stops.get_or_insert(0);
+        if f.at.is_some() && f.exit == Some(70) {
+            *stops += 1;
+        } else if f.at.is_some() && f.exit != Some(0) {
+            s.late_stops += 1;
+            s.details.push(format!(
+                "member cut: {:?} ended with dlock exit {:?}",
+                f.victim, f.exit
+            ));
+        }
+    }
+    for f in faults
+        .iter()
+        .filter(|f| f.fault.cuts_majority() && f.fault != Fault::PartitionMember)
+    {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;
         };

@@ -302,6 +302,17 @@ pub fn libfaketime() -> PathBuf {
     p
 }
 
+/// A `FAKETIME` offset under which a process's monotonic clock starts where the kernel's is.
+/// libfaketime gives CLOCK_MONOTONIC the faked wall-clock time: with `+0` it is decades off
+/// the kernel's, and dlock refuses such a clock at start-up. Set back by the distance between
+/// the two clocks, it passes that check, and a later step or a rate bends it mid-run.
+pub fn honest_offset() -> f64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    -(wall - dlock::sys::monotonic()).as_secs_f64()
+}
+
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }

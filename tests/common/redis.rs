@@ -244,7 +244,18 @@ impl RedisCluster {
 
     /// Like `master_of`, but None while no live master owns the slot (during a failover).
     pub fn try_master_of(&self, key: &str) -> Option<usize> {
-        let live = self.nodes.iter().find(|n| n.child.is_some())?;
+        self.try_master_of_without(key, usize::MAX)
+    }
+
+    /// Like `try_master_of`, asking a live node other than `skip` (a paused node answers
+    /// nothing).
+    pub fn try_master_of_without(&self, key: &str, skip: usize) -> Option<usize> {
+        let live = self
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(i, n)| n.child.is_some() && *i != skip)?
+            .1;
         let slot: u16 = live
             .cmd(&format!("CLUSTER KEYSLOT {key}"))
             .trim_start_matches(':')

@@ -3,6 +3,7 @@
 //! bad-input table is in bad_input.rs.
 
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use crate::common::redis::RedisServer;
 use crate::common::*;
@@ -239,6 +240,37 @@ fn a_client_with_a_faked_clock_is_refused_and_an_existing_lease_stays() {
     assert_eq!(v["held"], true);
     assert_eq!(v["holders"][0]["fence"], fence);
     assert!(v["holders"][0]["ttl_left_ms"].as_u64().unwrap() <= 30_000);
+}
+
+/// A clock stepped back an hour mid-run stalls dlock's timers (renewals included): the
+/// watchdog, on the kernel's clock, stops the command before the lease runs out, and dlock
+/// says the lock was lost (70) rather than passing on the command's death by SIGTERM (143).
+#[test]
+fn a_clock_stepped_back_mid_run_ends_the_run_with_70() {
+    let env = Env::file();
+    let file = env.path("faketime");
+    std::fs::write(&file, format!("{:.3}\n", honest_offset())).unwrap();
+    let mut c = env.cmd();
+    c.args(["run", "job", "--ttl", "1s", "--", "sleep", "5"])
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME_TIMESTAMP_FILE", &file)
+        .env("FAKETIME_NO_CACHE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    assert!(wait_for(
+        Duration::from_secs(10),
+        || env.inspect("job")["held"] == true
+    ));
+    let start = Instant::now();
+    std::fs::write(&file, format!("{:.3}\n", honest_offset() - 3600.0)).unwrap();
+    let o = finish(child, Duration::from_secs(20));
+    assert_code(&o, 70);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// A server with a password hangs up on an unauthenticated client's first long command with
