@@ -3,12 +3,14 @@
 //! One directory per namespace, one JSON state file per lock name (holders with deadlines, the
 //! fence counter, how the last lease ended). Every read-modify-write runs under an exclusive
 //! `flock` on the namespace's `.lock` file, which also makes a multi-name grant atomic, and
-//! replaces the state file by rename, so a process killed mid-write leaves the old state whole.
+//! replaces the state file by rename, so a process killed mid-write leaves the old state whole
+//! (a change to several names goes through a journal: see `journal`).
 //! Deadlines are on CLOCK_BOOTTIME, which every process of the host shares and the wall clock
 //! cannot move; a state file from an earlier boot has no live holders.
 //! Waiters are woken by inotify on the directory (the rename of a state file).
 
 mod doctor;
+mod journal;
 mod shards;
 
 use std::collections::HashSet;
@@ -157,6 +159,7 @@ impl FileStore {
                 .open(&lock_path)
                 .map_err(|e| io_err("cannot open", &lock_path, e))?;
             flock(&file).map_err(|e| io_err("cannot lock", &lock_path, e))?;
+            dir.recover()?;
             f(&dir)
             // The flock goes with `file` when it is dropped here.
         })
@@ -206,9 +209,14 @@ impl Dir {
     }
 
     fn write(&self, name: &str, state: &State) -> StoreResult<()> {
-        let tmp = self.dir.join(".tmp");
-        let path = self.path(name);
         let bytes = serde_json::to_vec(state).expect("state serializes");
+        self.put(&file_name(name), &bytes)
+    }
+
+    /// Replace the file `file` of the directory with `bytes`, whole, by rename.
+    fn put(&self, file: &str, bytes: &[u8]) -> StoreResult<()> {
+        let tmp = self.dir.join(".tmp");
+        let path = self.dir.join(file);
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
@@ -216,7 +224,7 @@ impl Dir {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| io_err("cannot write", &tmp, e))?;
-        f.write_all(&bytes)
+        f.write_all(bytes)
             .map_err(|e| io_err("cannot write", &tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| io_err("cannot replace", &path, e))
     }
@@ -296,6 +304,7 @@ impl Store for FileStore {
                 });
             }
             let mut granted = Vec::with_capacity(states.len());
+            let mut changed = Vec::with_capacity(states.len());
             for ((name, mode), mut st) in req.each().zip(states) {
                 st.fence += 1;
                 st.holders.push(Record {
@@ -305,13 +314,14 @@ impl Store for FileStore {
                     deadline: now + ns(req.ttl),
                     meta: req.meta.clone(),
                 });
-                fs.write(name, &st)?;
                 granted.push(Granted {
                     fence: st.fence,
                     previous: Previous::parse(&st.previous),
                     started: None,
                 });
+                changed.push((name.clone(), st));
             }
+            fs.commit(&changed)?;
             Ok(Attempt::Granted(granted))
         })
         .await
@@ -340,11 +350,9 @@ impl Store for FileStore {
                     Some(h) => h.deadline = now + ns(ttl),
                     None => return Ok(false),
                 }
-                states.push(st);
+                states.push((name.clone(), st));
             }
-            for (name, st) in names.iter().zip(&states) {
-                fs.write(name, st)?;
-            }
+            fs.commit(&states)?;
             Ok(true)
         })
         .await
@@ -355,6 +363,7 @@ impl Store for FileStore {
         self.locked(move |fs| {
             let now = now_ns();
             let mut any = false;
+            let mut changed = Vec::new();
             for name in &names {
                 let mut st = fs.read(name)?;
                 let before = st.holders.len();
@@ -367,9 +376,10 @@ impl Store for FileStore {
                     any = true;
                 }
                 if purged || st.holders.len() < live {
-                    fs.write(name, &st)?;
+                    changed.push((name.clone(), st));
                 }
             }
+            fs.commit(&changed)?;
             Ok(any)
         })
         .await
@@ -380,6 +390,7 @@ impl Store for FileStore {
         self.locked(move |fs| {
             let now = now_ns();
             let mut any = false;
+            let mut changed = Vec::new();
             for name in &names {
                 let mut st = fs.read(name)?;
                 st.purge(now, &fs.boot);
@@ -388,9 +399,10 @@ impl Store for FileStore {
                     // The holder did not finish by itself: its successor should know.
                     st.previous = Previous::Expired.as_str().into();
                     any = true;
-                    fs.write(name, &st)?;
+                    changed.push((name.clone(), st));
                 }
             }
+            fs.commit(&changed)?;
             Ok(any)
         })
         .await
@@ -399,21 +411,23 @@ impl Store for FileStore {
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
         let (names, fences) = (names.to_vec(), fences.to_vec());
         self.locked(move |fs| {
+            let mut changed = Vec::new();
             for (name, &fence) in names.iter().zip(&fences) {
                 let mut st = fs.read(name)?;
                 if st.fence < fence {
                     st.fence = fence;
-                    fs.write(name, &st)?;
+                    changed.push((name.clone(), st));
                 }
             }
-            Ok(())
+            fs.commit(&changed)
         })
         .await
     }
 
     async fn inspect(&self, name: &str) -> StoreResult<LockState> {
-        // Whole-file renames make a read without the flock consistent.
-        let st = self.0.read(name)?;
+        // Whole-file renames make a read without the flock consistent; a multi-name change
+        // in flight (or left by a killed process) is read from its journal.
+        let st = self.0.read_settled(name)?;
         Ok(self.0.state_view(name, st))
     }
 
@@ -429,7 +443,7 @@ impl Store for FileStore {
             if !name.starts_with(prefix) {
                 continue;
             }
-            let view = fs.state_view(&name, fs.read(&name)?);
+            let view = fs.state_view(&name, fs.read_settled(&name)?);
             if !view.holders.is_empty() {
                 out.push(view);
             }
