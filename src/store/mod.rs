@@ -180,11 +180,6 @@ impl Acquire {
             ..self.clone()
         }
     }
-
-    /// Whether any name is taken in another mode than exclusive.
-    pub fn sharing(&self) -> bool {
-        self.modes.iter().any(|m| *m != Mode::Exclusive)
-    }
 }
 
 /// What a store granted, per name in request order.

@@ -231,14 +231,9 @@ impl RedisStore {
     }
 
     /// One grant script for names that share a slot, each in its mode.
-    async fn grant(
-        &self,
-        req: &Acquire,
-        names: &[String],
-        modes: &[Mode],
-        queue: bool,
-    ) -> StoreResult<Attempt> {
-        let modes: Vec<String> = modes.iter().map(|m| m.code()).collect();
+    async fn grant(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        let names = &req.names;
+        let modes: Vec<String> = req.modes.iter().map(|m| m.code()).collect();
         let args = [
             req.token.clone(),
             modes.join(" "),
@@ -422,7 +417,7 @@ impl Store for RedisStore {
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         let groups = self.groups(&req.names);
         if groups.len() == 1 {
-            return self.grant(req, &req.names, &req.modes, queue).await;
+            return self.grant(req, queue).await;
         }
         // Names on different cluster slots: one group at a time in canonical order, giving
         // back every earlier group when a later one is busy or fails (all or none).
@@ -430,8 +425,7 @@ impl Store for RedisStore {
         let mut taken: Vec<String> = Vec::new();
         for idx in groups {
             let group: Vec<String> = idx.iter().map(|&i| req.names[i].clone()).collect();
-            let modes: Vec<Mode> = idx.iter().map(|&i| req.modes[i]).collect();
-            let attempt = self.grant(req, &group, &modes, queue).await;
+            let attempt = self.grant(&req.part(&group), queue).await;
             match attempt {
                 Ok(Attempt::Granted(g)) => {
                     for (&i, g) in idx.iter().zip(g) {
