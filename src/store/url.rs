@@ -290,7 +290,7 @@ fn parse_server(
     Ok(url)
 }
 
-fn parse_host(h: &str, default_port: u16) -> Result<HostPort, String> {
+pub(crate) fn parse_host(h: &str, default_port: u16) -> Result<HostPort, String> {
     let (host, port) = if let Some(v6) = h.strip_prefix('[') {
         let (host, after) = v6
             .split_once(']')

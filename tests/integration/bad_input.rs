@@ -106,6 +106,33 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
         (
             vec![
                 s("--store"),
+                s("redis://h?nat_map=a:1=b:2"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
+                s("redis+cluster://127.0.0.1:1?nat_map=a%0a:1=b:2"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
+                s("redis+cluster://127.0.0.1:1?nat_map=a:1"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
                 redis.clone(),
                 s("--store"),
                 redis.clone(),

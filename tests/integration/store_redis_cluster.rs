@@ -94,3 +94,43 @@ fn a_mixed_quorum_of_servers_and_a_cluster_grants() {
     let env = Env::with_stores(vec![a.url(), b.url(), cluster.url()]);
     check_exclusion(&env, "mixed", 6, &[]);
 }
+
+/// `?nat_map`: a client told to reach every node at another address (here a fault proxy per
+/// node) goes there for every node the cluster announces, not only for its seed. Once its
+/// proxies stop forwarding, it cannot renew: its child is stopped (exit 70) within the ttl,
+/// while a client with the plain URL takes the lock.
+#[test]
+fn nat_map_reaches_every_announced_node_at_its_mapped_address() {
+    use crate::common::proxy::{Mode, Proxy};
+    let cluster = RedisCluster::start(3, 0);
+    let proxies: Vec<Proxy> = cluster.nodes.iter().map(|n| Proxy::to_port(n.port)).collect();
+    let map: Vec<String> = cluster
+        .nodes
+        .iter()
+        .zip(&proxies)
+        .map(|(n, p)| format!("127.0.0.1:{}={}", n.port, p.addr()))
+        .collect();
+    // One proxy as the seed: every other node is known only from what the cluster announces.
+    let mapped = Env::with_stores(vec![format!(
+        "redis+cluster://{}?nat_map={}",
+        proxies[0].addr(),
+        map.join(",")
+    )]);
+    let plain = Env::with_stores(vec![cluster.url()]);
+    let log = mapped.path("sections.log");
+    let mut holder = mapped.cmd();
+    holder
+        .args(["run", "deploy", "--ttl", "2s", "--", "sh", "-c"])
+        .arg(critical_section(&log, 8000))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut holder = holder.spawn().unwrap();
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("enter"))
+    }));
+    proxies.iter().for_each(|p| p.set(Mode::Blackhole));
+    let status = wait_child(&mut holder, Duration::from_secs(6)).expect("the holder stops");
+    assert_eq!(status.code(), Some(70), "the cut-off holder ran on");
+    let o = plain.run(&["lock", "deploy", "-w", "5s", "--ttl", "2s"]);
+    assert_code(&o, 0);
+}

@@ -1,11 +1,14 @@
 //! From a `redis://` or `redis+cluster://` URL to connection settings: hosts, database,
 //! credentials and the TLS files of `rediss://`.
 
+use std::collections::HashMap;
+
+use redis::cluster::{ClusterClientBuilder, NodeAddress};
 use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
 use super::classify;
 use crate::store::tls::Files;
-use crate::store::url::{HostPort, ServerUrl};
+use crate::store::url::{HostPort, ServerUrl, parse_host};
 use crate::store::{StoreError, StoreResult};
 
 /// How to reach one host of the URL.
@@ -70,5 +73,85 @@ pub(super) fn client(tls: Option<&Files>, info: redis::ConnectionInfo) -> StoreR
     match tls {
         Some(files) => Client::build_with_tls(info, certificates(files)).map_err(classify),
         None => Client::open(info).map_err(classify),
+    }
+}
+
+/// `?nat_map=ANNOUNCED=REACHABLE,...` of a `redis+cluster://` URL: where to connect for each
+/// address the nodes announce (`CLUSTER SLOTS`, `MOVED`), for a cluster behind NAT, in
+/// containers, or behind a proxy, whose nodes announce addresses this host cannot reach as
+/// they are. Each side is `host:port` (`[v6]:port`); an announced address not in the map is
+/// used as it is.
+pub(super) fn nat_map(spec: &str) -> StoreResult<HashMap<NodeAddress, NodeAddress>> {
+    let bad = |why: String| {
+        StoreError::invalid(format!(
+            "nat_map: {why}; write announced=reachable pairs separated by commas, e.g. \
+             nat_map=10.0.0.5:6379=127.0.0.1:7001,10.0.0.6:6379=127.0.0.1:7002"
+        ))
+    };
+    let address = |a: &str| -> StoreResult<NodeAddress> {
+        if !a.trim_start_matches('[').contains(':') || a.ends_with(']') {
+            return Err(bad(format!("{a:?} has no port")));
+        }
+        let h = parse_host(a, 0).map_err(bad)?;
+        Ok(NodeAddress::new(h.host, h.port))
+    };
+    let mut map = HashMap::new();
+    for pair in spec.split(',').filter(|p| !p.is_empty()) {
+        let (from, to) = pair
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{pair:?} is not announced=reachable")))?;
+        if map.insert(address(from)?, address(to)?).is_some() {
+            return Err(bad(format!("{from:?} is mapped twice")));
+        }
+    }
+    if map.is_empty() {
+        return Err(bad("it maps nothing".to_string()));
+    }
+    Ok(map)
+}
+
+/// The cluster client's builder with `?nat_map` applied, if given.
+pub(super) fn with_nat_map(
+    b: ClusterClientBuilder,
+    map: Option<HashMap<NodeAddress, NodeAddress>>,
+) -> ClusterClientBuilder {
+    match map {
+        Some(m) => b.node_address_map(m),
+        None => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nat_map_pairs_announced_with_reachable_addresses() {
+        let m = nat_map("10.0.0.5:6379=127.0.0.1:7001,[fd00::1]:6380=proxy.local:7002").unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m[&NodeAddress::new("10.0.0.5", 6379)],
+            NodeAddress::new("127.0.0.1", 7001)
+        );
+        assert_eq!(
+            m[&NodeAddress::new("fd00::1", 6380)],
+            NodeAddress::new("proxy.local", 7002)
+        );
+    }
+
+    #[test]
+    fn nat_map_refuses_what_it_cannot_read() {
+        for spec in [
+            "",
+            "10.0.0.5:6379",
+            "10.0.0.5=127.0.0.1:7001",
+            "10.0.0.5:6379=127.0.0.1",
+            "10.0.0.5:6379=127.0.0.1:0",
+            "a:1=b:2,a:1=c:3",
+            "bad host:1=b:2",
+        ] {
+            let e = nat_map(spec).expect_err(spec);
+            assert!(e.to_string().contains("nat_map"), "{spec}: {e}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
-use connect::{certificates, client, connection_info};
+use connect::{certificates, client, connection_info, nat_map, with_nat_map};
 
 use super::url::ServerUrl;
 use super::{
@@ -137,6 +137,16 @@ impl RedisStore {
                 ))
             })?),
         };
+        let nat_map = match url.take_param("nat_map") {
+            None => None,
+            Some(_) if !cluster => {
+                return Err(StoreError::invalid(
+                    "nat_map applies to a Redis Cluster (redis+cluster://), whose nodes \
+                     announce their own addresses; a redis:// URL names the server to reach",
+                ));
+            }
+            Some(m) => Some(nat_map(&m)?),
+        };
         let tls = crate::store::tls::take_files(&mut url, "a rediss:// URL")?;
         url.reject_unknown_params().map_err(StoreError::invalid)?;
         let infos = url
@@ -149,10 +159,13 @@ impl RedisStore {
             .map(|info| client(tls.as_ref(), info.clone()))
             .collect::<StoreResult<Vec<_>>>()?;
         let conn = if cluster {
-            let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2);
+            let mut b = with_nat_map(
+                redis::cluster::ClusterClientBuilder::new(infos.clone()),
+                nat_map,
+            )
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(2);
             if let Some(u) = &url.user {
                 b = b.username(u);
             }
