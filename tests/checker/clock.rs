@@ -32,7 +32,7 @@ impl Run {
     }
 
     pub(crate) fn clock_rate_fault(&self, n: usize, setup: &Setup) -> Injected {
-        if !matches!(setup.stores, Stores::File(_) | Stores::Cluster(_)) {
+        if !matches!(setup.stores, Stores::File(_)) {
             return self.partition_fault(Fault::ClockRate, n, setup);
         }
         let ttl = self.cfg.ttl;

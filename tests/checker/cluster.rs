@@ -10,7 +10,7 @@ use crate::common::wait_for;
 use crate::{Fault, NAME};
 
 /// The Redis Cluster key whose slot holds the checked name.
-fn cluster_key() -> String {
+pub(crate) fn cluster_key() -> String {
     format!("dlock:{{default:{NAME}}}:f")
 }
 

@@ -1,6 +1,6 @@
 //! The delay fault: a few extra clients reach the servers through fault proxies, one server
 //! of which (one store of a quorum, one member of an etcd cluster or ZooKeeper ensemble, the
-//! only server of a single store) delays every chunk each way by 2/5 of the store timeout
+//! master of the name in a Redis Cluster, the only server of a single store) delays every chunk each way by 2/5 of the store timeout
 //! (shared among the round trips of a grant where it takes several), so that a grant takes
 //! 4/5 of it, for two ttls while they contend with the other clients.
 //! Their sections go in the record with everyone's: no overlap, no fence regression.
@@ -20,7 +20,7 @@ impl Run {
         let ttl = self.cfg.ttl;
         let timeout = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let way = Proxied::new(setup);
-        let slow = n % way.proxies.len();
+        let slow = setup.delayed_server(n, way.proxies.len());
         // A grant of several round trips would never fit: the delay is shared among them.
         let delay = timeout * 2 / 5 / setup.round_trips();
         way.proxies[slow].set(Mode::Delay(delay));

@@ -389,6 +389,10 @@ impl Setup {
                     ClockJump,
                     MasterKill,
                     MasterPause,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    LostGrant,
+                    Delay,
                     WaiterKill,
                     ClockRate,
                 ],
@@ -484,14 +488,25 @@ impl Setup {
     /// Round trips to one server in a grant, about, a new connection's included (each `dlock
     /// run` is a new process): a SQL store's transaction takes several (begin, read, write,
     /// commit), and a MariaDB session several more to start; a ZooKeeper grant two (create,
-    /// then list the queue); Redis and etcd one. The delay and lost-grant faults size their
+    /// then list the queue), a Redis Cluster grant four (its client asks for the slots and
+    /// checks each new node connection before the script, then `WAIT` for the replica);
+    /// Redis and etcd one. The delay and lost-grant faults size their
     /// delays by it.
     fn round_trips(&self) -> u32 {
         match &self.stores {
             Stores::Mysql(_) => 8,
-            Stores::Postgres(_) => 4,
+            Stores::Postgres(_) | Stores::Cluster(_) => 4,
             Stores::Zk(_) => 2,
             _ => 1,
+        }
+    }
+
+    /// The server the delay fault slows down, of `servers`: in a Redis Cluster the master of
+    /// the name's slot now (the client talks to no other about it), elsewhere each in turn.
+    fn delayed_server(&self, n: usize, servers: usize) -> usize {
+        match &self.stores {
+            Stores::Cluster(c) => c.master_of(&cluster::cluster_key()),
+            _ => n % servers,
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::Env;
 use crate::common::proxy::{Mode, Proxy};
-use crate::{Fault, Injected, NAME, Run, Section, Setup, Summary, mono_ns};
+use crate::{Fault, Injected, NAME, Run, Section, Setup, Stores, Summary, mono_ns};
 
 impl Run {
     /// A holder cut off from its stores: the victim reaches every server through a fault
@@ -108,7 +108,7 @@ pub(crate) struct Proxied {
     pub(crate) env: Env,
     /// How many servers a cut must take to leave no majority: a majority of the stores of a
     /// quorum, or every server of a single store (the members of an etcd cluster or a
-    /// ZooKeeper ensemble are one store).
+    /// ZooKeeper ensemble, the nodes of a Redis Cluster, are one store).
     pub(crate) majority: usize,
 }
 
@@ -122,11 +122,20 @@ impl Proxied {
             .zip(&proxies)
             .map(|(&s, p)| (s, p.port))
             .collect();
-        let env = Env::with_stores(
-            urls.iter()
-                .map(|u| with_ports(u, |p| to_proxy[&p]))
-                .collect(),
-        );
+        let mut proxied: Vec<String> = urls
+            .iter()
+            .map(|u| with_ports(u, |p| to_proxy[&p]))
+            .collect();
+        // A cluster's client connects to the addresses the nodes announce, past any seed:
+        // map each node to its proxy (`?nat_map`), replicas too, as they become masters.
+        if matches!(setup.stores, Stores::Cluster(_)) {
+            let map: Vec<String> = to_proxy
+                .iter()
+                .map(|(node, proxy)| format!("127.0.0.1:{node}=127.0.0.1:{proxy}"))
+                .collect();
+            proxied[0] = format!("{}&nat_map={}", proxied[0], map.join(","));
+        }
+        let env = Env::with_stores(proxied);
         let majority = if urls.len() > 1 {
             urls.len() / 2 + 1
         } else {

@@ -103,7 +103,11 @@ fn a_mixed_quorum_of_servers_and_a_cluster_grants() {
 fn nat_map_reaches_every_announced_node_at_its_mapped_address() {
     use crate::common::proxy::{Mode, Proxy};
     let cluster = RedisCluster::start(3, 0);
-    let proxies: Vec<Proxy> = cluster.nodes.iter().map(|n| Proxy::to_port(n.port)).collect();
+    let proxies: Vec<Proxy> = cluster
+        .nodes
+        .iter()
+        .map(|n| Proxy::to_port(n.port))
+        .collect();
     let map: Vec<String> = cluster
         .nodes
         .iter()
