@@ -390,7 +390,10 @@ impl Backend for Postgres {
         }
         let sql = schema::release_unheard(&self.sql.schema, &self.namespace, names, token);
         // The message is queued for the connection on the first poll, before any answer is
-        // awaited; a timeout that drops this future then drops only the wait.
+        // awaited; a timeout that drops this future then drops only the wait. No usual
+        // release follows a blind one that was sent: while answers are lost it would only
+        // open a transaction it cannot finish, holding the records' row locks against every
+        // other client until this process ends.
         match c.simple_query(&sql).await {
             Ok(answer) => Some(answer.iter().any(|m| {
                 matches!(m, SimpleQueryMessage::Row(r)
