@@ -569,6 +569,70 @@ pub async fn release_removes_a_queued_entry(subject: &Subject) {
     grant(&*s, &exclusive("q")).await;
 }
 
+/// A release after a grant attempt that was cut off unheard (the engine's timeout dropped it:
+/// it may have been applied, its answer never came) gives back that token's entries and only
+/// those: another sharer's hold and another token's queue entry stay, and the waiter behind a
+/// name it held is woken. (The SQL stores send such a release blind, without waiting on any
+/// answer.)
+pub async fn a_release_after_a_cut_off_attempt_takes_only_its_own(subject: &Subject) {
+    let ns = namespace("cutoff");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let mine = mixed(&[("a", Mode::Shared), ("c", Mode::Exclusive)], TTL, false);
+    let theirs = request(&["a"], Mode::Shared, TTL, false);
+    grant(&*s, &mine).await;
+    grant(&*t, &theirs).await;
+    let holder = exclusive("b");
+    grant(&*t, &holder).await;
+    let (queued, waiter) = (exclusive("b"), exclusive("b"));
+    let queued = Acquire {
+        token: mine.token.clone(),
+        ..queued
+    };
+    for w in [&waiter, &queued] {
+        assert!(
+            attempt(&*t, w, true).await.is_none(),
+            "granted past a holder"
+        );
+    }
+    let behind = exclusive("c");
+    let mut listener = within(t.listen(&behind)).await.expect("listen");
+    assert!(
+        attempt(&*t, &behind, true).await.is_none(),
+        "granted past a holder"
+    );
+    // Sent, then dropped before any answer, as a store timeout drops it.
+    let _ = timeout(Duration::ZERO, s.try_acquire(&queued, true)).await;
+    let all = ["a".to_string(), "b".to_string(), "c".to_string()];
+    // Its answer is not asserted: MySQL's blind release is never read back (its connection is
+    // out of step), so the usual release after it finds nothing left to say it held.
+    within(s.release(&all, &mine.token))
+        .await
+        .unwrap_or_else(|e| panic!("release: {e}"));
+    let a = inspect(&*t, "a").await;
+    assert_eq!(a.holders.len(), 1, "the other sharer must stay: {a:?}");
+    assert_eq!(a.holders[0].owner, crate::names::owner_id(&theirs.token));
+    let b = inspect(&*t, "b").await;
+    assert_eq!(b.holders.len(), 1, "b's holder must stay: {b:?}");
+    assert_eq!(b.holders[0].owner, crate::names::owner_id(&holder.token));
+    if subject.caps.shows_waiters {
+        let owners: Vec<&str> = b.waiters.iter().map(|w| w.owner.as_str()).collect();
+        assert!(
+            owners.contains(&crate::names::owner_id(&waiter.token).as_str())
+                && !owners.contains(&crate::names::owner_id(&mine.token).as_str()),
+            "only the released token's queue entry goes: {b:?}"
+        );
+    }
+    let start = Instant::now();
+    listener.changed(Duration::from_secs(20)).await;
+    assert!(
+        !subject.caps.notified || start.elapsed() < Duration::from_secs(10),
+        "the release did not wake the waiter behind it ({:?})",
+        start.elapsed()
+    );
+    let g = attempt(&*t, &behind, true).await;
+    expect_granted(g, "the waiter behind the released token");
+}
+
 /// A listener opened before a queued attempt wakes on the holder's release (not after its
 /// whole wait), and the waiter's next attempt is granted.
 pub async fn listener_wakes_on_release(subject: &Subject) {

@@ -177,6 +177,7 @@ macro_rules! conformance {
                 shared_mode,
                 limit_mode,
                 release_removes_a_queued_entry,
+                a_release_after_a_cut_off_attempt_takes_only_its_own,
                 listener_wakes_on_release,
                 queued_writer_and_later_reader,
                 inspect_and_list_show_the_live_holders,

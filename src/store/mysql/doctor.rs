@@ -10,7 +10,7 @@ use crate::store::{Health, HealthQuery, StoreResult, clock_finding, sql, wall_ms
 
 impl Mysql {
     pub(super) async fn doctor(&self, q: HealthQuery) -> StoreResult<Health> {
-        let mut c = self.conn.lock().await;
+        let mut c = self.session().await?;
         let before = wall_ms();
         let row: Option<(String, i64, i64)> = c
             .query_first(format!(

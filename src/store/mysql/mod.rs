@@ -20,6 +20,7 @@ mod schema;
 mod shards;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,9 +36,17 @@ use schema::{Sql, classify};
 
 pub type MysqlStore = SqlStore<Mysql>;
 
+/// How long a blind release (`Backend::release_unheard`) may take to go out: its write, on a
+/// connection that is open, takes well under this.
+const BLIND_SEND: Duration = Duration::from_millis(50);
+
 pub struct Mysql {
     /// The one connection; a transaction holds it from START TRANSACTION to COMMIT.
     conn: tokio::sync::Mutex<Conn>,
+    /// The connection is out of step: a release was sent on it blind, and its answers (or
+    /// those of the attempt cut off before it) may still arrive, where the next statement
+    /// would take them for its own. The next transaction opens a new connection.
+    stale: AtomicBool,
     opts: OptsBuilder,
     sql: Sql,
     namespace: String,
@@ -86,8 +95,9 @@ impl Mysql {
                 ))
             })?
             .map_err(classify)?;
-        Ok(SqlStore(Mysql {
+        Ok(SqlStore::new(Mysql {
             conn: tokio::sync::Mutex::new(conn),
+            stale: AtomicBool::new(false),
             opts,
             sql: Sql::new(&prefix),
             namespace: namespace.to_string(),
@@ -194,6 +204,20 @@ impl Mysql {
         Ok(bells)
     }
 
+    /// The connection, in step: a new one if the last was left out of step. A statement cut
+    /// off by a timeout leaves its answer to come (mysql_async then marks the connection
+    /// disconnected), and a blind release's answers are never read (`stale`): the next
+    /// statement would take those answers for its own. Dropping the old connection also ends
+    /// any transaction the cut-off statement left open.
+    async fn session(&self) -> StoreResult<tokio::sync::MutexGuard<'_, Conn>> {
+        let mut c = self.conn.lock().await;
+        if self.stale.load(Ordering::SeqCst) || c.is_disconnected() {
+            *c = Conn::new(self.opts.clone()).await.map_err(classify)?;
+            self.stale.store(false, Ordering::SeqCst);
+        }
+        Ok(c)
+    }
+
     async fn setup(&self, c: &mut Conn) -> StoreResult<()> {
         let err = |e| schema::setup_error(e, &self.sql.prefix, &self.user, &self.db);
         // Named locks are per server: one client creates, the others wait and find it done.
@@ -277,7 +301,7 @@ impl Backend for Mysql {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<()> {
-        let mut c = self.conn.lock().await;
+        let mut c = self.session().await?;
         let mut tries = 0;
         loop {
             let e = match self.attempt(&mut c, names, create, &mut *decide).await {
@@ -310,6 +334,16 @@ impl Backend for Mysql {
         }
     }
 
+    async fn release_unheard(&self, names: &[String], token: &str) -> Option<bool> {
+        let mut c = self.conn.lock().await;
+        let sql = self.sql.release_unheard(&self.namespace, names, token);
+        self.stale.store(true, Ordering::SeqCst);
+        // Long enough to write the query, never waiting on its answer: the first answer
+        // to arrive may be that of the statement the unheard attempt was cut off in.
+        let _ = tokio::time::timeout(BLIND_SEND, c.query_drop(sql)).await;
+        None
+    }
+
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         Ok(Box::new(
             self.bells
@@ -328,7 +362,7 @@ impl Backend for Mysql {
     }
 
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
-        let mut c = self.conn.lock().await;
+        let mut c = self.session().await?;
         let p = Value::from(prefix.as_bytes());
         let rows: Vec<Row> = match c
             .exec(

@@ -9,6 +9,7 @@
 use mysql_async::Error;
 
 use crate::store::StoreError;
+use crate::store::sql::hex;
 
 /// Every statement the store sends, with its tables filled in once. Statements over a list
 /// of names take the list as `IN (…)` with one placeholder per name (`in_list`).
@@ -146,6 +147,55 @@ impl Sql {
         )
     }
 
+    /// The text of `Backend::release_unheard`: one COM_QUERY of several statements, sent as
+    /// text so nothing waits on a prepare answer. ROLLBACK ends a transaction the unheard
+    /// attempt may have left open on this connection (its row locks with it); then one
+    /// transaction locks the records in name order (as a grant does), picks the bell of the
+    /// longest-waiting live waiter of each name the token holds, and deletes the token's
+    /// holder and waiter rows, only those; after the commit the bells are rung as a release
+    /// rings them (a KILL of a gone waiter's connection fails, and skips only the rings after
+    /// it: those waiters look again within `MAX_POLL`). Every
+    /// value goes in as a hex literal (a binary string, as the columns are).
+    pub fn release_unheard(&self, ns: &str, names: &[String], token: &str) -> String {
+        let lit = |v: &str| format!("X'{}'", hex(v));
+        let (ns, t) = (lit(ns), lit(token));
+        let list: Vec<String> = names.iter().map(|n| lit(n)).collect();
+        let list = list.join(", ");
+        let (r, h, w) = (&self.records, &self.holders, &self.waiters);
+        let mine = format!("ns = {ns} AND name IN ({list}) AND token = {t}");
+        let mut sql = format!(
+            "ROLLBACK;
+             START TRANSACTION;
+             SELECT name FROM {r} WHERE ns = {ns} AND name IN ({list}) ORDER BY name FOR UPDATE;
+             SET @dlock_now = {CLOCK_EXPR};"
+        );
+        for (i, name) in names.iter().enumerate() {
+            let name = lit(name);
+            sql += &format!(
+                "SET @dlock_bell{i} = (SELECT bell FROM {w}
+                   WHERE ns = {ns} AND name = {name} AND token <> {t} AND expires > @dlock_now
+                     AND EXISTS (SELECT 1 FROM {h} WHERE ns = {ns} AND name = {name}
+                                 AND token = {t})
+                   ORDER BY seq LIMIT 1);"
+            );
+        }
+        sql += &format!(
+            "DELETE FROM {h} WHERE {mine};
+             DELETE FROM {w} WHERE {mine};
+             COMMIT;"
+        );
+        for i in 0..names.len() {
+            sql += &format!(
+                "SET @dlock_ring = IF(IFNULL(@dlock_bell{i}, 0) > 0,
+                   CONCAT('KILL CONNECTION ', @dlock_bell{i}), 'DO 0');
+                 PREPARE dlock_ring FROM @dlock_ring;
+                 EXECUTE dlock_ring;
+                 DEALLOCATE PREPARE dlock_ring;"
+            );
+        }
+        sql
+    }
+
     pub fn held_names(&self) -> String {
         format!(
             "SELECT DISTINCT name FROM {} WHERE ns = ? AND LEFT(name, LENGTH(?)) = ? ORDER BY name",
@@ -238,4 +288,14 @@ pub fn classify(e: Error) -> StoreError {
         _ => StoreError::protocol(format!("unexpected answer: {e}")),
     };
     error.with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A quote in a name cannot end the literal it goes into: it goes in as hex.
+    #[test]
+    fn a_blind_release_spells_names_in_hex() {
+        let sql = super::Sql::new("dlock").release_unheard("ns", &["x'y".into()], "t");
+        assert!(!sql.contains("x'y") && sql.contains("X'782779'"), "{sql}");
+    }
 }

@@ -27,7 +27,7 @@ impl Mysql {
             }
         };
         let ns = Value::from(self.namespace.as_bytes());
-        let mut c = self.conn.lock().await;
+        let mut c = self.session().await?;
         let mut created = false;
         loop {
             match c

@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::future::{BoxFuture, join_all};
 use tokio_postgres::types::{FromSql, ToSql, Type, accepts};
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions};
@@ -79,7 +79,7 @@ impl Postgres {
             .map(|(f, ca)| wake::tls_connector(&f, &ca))
             .transpose()?;
         let client = open(&config, tls.as_ref(), &wakeups).await?;
-        Ok(SqlStore(Postgres {
+        Ok(SqlStore::new(Postgres {
             client: tokio::sync::Mutex::new(client),
             config,
             tls,
@@ -379,6 +379,30 @@ impl Backend for Postgres {
                 self.setup(&c).await?;
             } else if !schema::retryable(&e) && !c.is_closed() {
                 return Err(classify(e));
+            }
+        }
+    }
+
+    async fn release_unheard(&self, names: &[String], token: &str) -> Option<bool> {
+        let c = self.client.lock().await;
+        if c.is_closed() {
+            return None;
+        }
+        let sql = schema::release_unheard(&self.sql.schema, &self.namespace, names, token);
+        // The message is queued for the connection on the first poll, before any answer is
+        // awaited; a timeout that drops this future then drops only the wait. No usual
+        // release follows a blind one that was sent: while answers are lost it would only
+        // open a transaction it cannot finish, holding the records' row locks against every
+        // other client until this process ends.
+        match c.simple_query(&sql).await {
+            Ok(answer) => Some(answer.iter().any(|m| {
+                matches!(m, SimpleQueryMessage::Row(r)
+                    if r.try_get("held").ok().flatten().is_some_and(|n| n != "0"))
+            })),
+            Err(_) => {
+                // Its transaction is left aborted: end it, and release the usual way.
+                let _ = c.batch_execute("ROLLBACK").await;
+                None
             }
         }
     }

@@ -9,6 +9,7 @@
 use tokio_postgres::error::SqlState;
 
 use crate::store::StoreError;
+use crate::store::sql::hex;
 
 /// Every statement the store sends, with its schema filled in once.
 pub struct Sql {
@@ -107,6 +108,39 @@ impl Sql {
     }
 }
 
+/// The text of `Backend::release_unheard`: one simple-query message, so nothing in it waits
+/// on a Parse or Describe answer. ROLLBACK ends a transaction the unheard attempt may have left
+/// open on this connection (its row locks with it); then one transaction locks the records in
+/// name order (as a grant does, so the two cannot deadlock), counts the token's live holder
+/// rows (the `held` answer), wakes the longest-waiting live waiter of each name the token
+/// holds (delivered on commit), and deletes the token's holder and waiter rows, only those.
+/// Every value goes in as hex, decoded by the server.
+pub fn release_unheard(schema: &str, ns: &str, names: &[String], token: &str) -> String {
+    let s = schema;
+    let text = |v: &str| format!("convert_from(decode('{}', 'hex'), 'UTF8')", hex(v));
+    let (ns, t) = (text(ns), text(token));
+    let names: Vec<String> = names.iter().map(|n| text(n)).collect();
+    let names = format!("ARRAY[{}]::text[]", names.join(", "));
+    let now = "floor(extract(epoch FROM clock_timestamp()) * 1000)::int8";
+    let mine = format!("ns = {ns} AND name = ANY({names}) AND token = {t}");
+    format!(
+        "ROLLBACK;
+         BEGIN;
+         SET LOCAL synchronous_commit TO OFF;
+         SELECT 1 FROM {s}.records WHERE ns = {ns} AND name = ANY({names})
+           ORDER BY name FOR UPDATE;
+         SELECT count(*) AS held FROM {s}.holders WHERE {mine} AND expires > {now};
+         SELECT pg_notify('dlock_wake_' || next.token, '') FROM (
+           SELECT DISTINCT ON (w.name) w.token FROM {s}.waiters w
+           WHERE w.ns = {ns} AND w.token <> {t} AND w.expires > {now}
+             AND w.name IN (SELECT name FROM {s}.holders WHERE {mine})
+           ORDER BY w.name, w.seq) AS next;
+         DELETE FROM {s}.holders WHERE {mine};
+         DELETE FROM {s}.waiters WHERE {mine};
+         COMMIT"
+    )
+}
+
 /// The channel a waiter listens on: its own, so a release wakes one waiter, not the herd.
 /// Tokens are hex, so the quoted identifier needs no escaping.
 pub fn channel(token: &str) -> String {
@@ -189,5 +223,18 @@ fn db_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(d) => d.message().to_string(),
         None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A quote in a name cannot end the literal it goes into: it goes in as hex.
+    #[test]
+    fn a_blind_release_spells_names_in_hex() {
+        let sql = super::release_unheard("dlock", "ns", &["x'y".into()], "t");
+        assert!(
+            !sql.contains("x'y") && sql.contains("decode('782779', 'hex')"),
+            "{sql}"
+        );
     }
 }

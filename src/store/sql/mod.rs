@@ -10,6 +10,8 @@
 
 pub mod rules;
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -71,6 +73,25 @@ pub trait Backend: Send + Sync + 'static {
     async fn health(&self, _query: HealthQuery) -> StoreResult<Health> {
         Ok(Health::default())
     }
+
+    /// Release `token` on `names` for an attempt whose answer was never heard: one message on
+    /// the connection already open (a new one cannot start while answers are lost: its
+    /// handshake's answers are lost too), sent before any answer is awaited, so it reaches the
+    /// server even when no answer ever comes back. The message ends whatever transaction the
+    /// unheard attempt left open, then, in one transaction that locks the records as every
+    /// grant does, deletes the token's own holder and waiter rows (never another token's) and
+    /// wakes the next waiter of each name it held. It leaves each record's `previous` as it
+    /// was (see `SqlStore::release`). `Some(held)` once its answer is heard; `None` when the
+    /// answer cannot be trusted, the server answered with an error, or there is no open
+    /// connection: the caller then releases the usual way too.
+    async fn release_unheard(&self, names: &[String], token: &str) -> Option<bool>;
+}
+
+/// `text` as hex digits: how names and tokens go into a statement that is sent as text (a
+/// release that cannot wait for a Parse or prepare answer), so no setting of the server's
+/// (standard_conforming_strings, NO_BACKSLASH_ESCAPES) can change what a quote means.
+pub fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `doctor`'s durability finding for a SQL server: a commit a crash can lose is a grant or a
@@ -175,13 +196,39 @@ fn plain_name(what: &str, name: &str) -> Result<String, String> {
 }
 
 /// A `Store` over any SQL backend.
-pub struct SqlStore<B: Backend>(pub B);
+pub struct SqlStore<B: Backend> {
+    pub backend: B,
+    /// Tokens whose last grant attempt's answer was not heard (it errored or was cut off by
+    /// the engine's timeout), so the grant may have been committed unheard: their release
+    /// goes out blind first (`Backend::release_unheard`).
+    unheard: Mutex<HashSet<String>>,
+}
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl<B: Backend> SqlStore<B> {
+    pub fn new(backend: B) -> SqlStore<B> {
+        SqlStore {
+            backend,
+            unheard: Mutex::default(),
+        }
+    }
+
+    fn mark_unheard(&self, token: &str, unheard: bool) {
+        let mut set = self.unheard.lock().unwrap();
+        if unheard {
+            set.insert(token.to_string());
+        } else {
+            set.remove(token);
+        }
+    }
+
+    fn is_unheard(&self, token: &str) -> bool {
+        self.unheard.lock().unwrap().contains(token)
+    }
+
     /// One transaction that decides by `rule` and returns what it answered (the default if
     /// the rule never ran, which a committed transaction rules out). Its commit is flushed if
     /// it writes a holder (a grant or a renewal).
@@ -203,7 +250,7 @@ impl<B: Backend> SqlStore<B> {
         mut rule: impl FnMut(i64, &mut [Rows]) -> (T, Vec<Write>) + Send,
     ) -> StoreResult<T> {
         let mut answer = T::default();
-        self.0
+        self.backend
             .transact(names, create, &mut |now, rows| {
                 let (a, writes) = rule(now, rows);
                 answer = a;
@@ -219,11 +266,11 @@ impl<B: Backend> SqlStore<B> {
 #[async_trait]
 impl<B: Backend> Store for SqlStore<B> {
     fn describe(&self) -> &str {
-        self.0.describe()
+        self.backend.describe()
     }
 
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
-        self.0.shard_list(tag, write).await
+        self.backend.shard_list(tag, write).await
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
@@ -234,14 +281,18 @@ impl<B: Backend> Store for SqlStore<B> {
             meta: &req.meta,
             queue,
             waiter_ttl_ms: ms(WAITER_TTL),
-            bell: self.0.bell(&req.token),
+            bell: self.backend.bell(&req.token),
         };
+        // Marked before the transaction is sent, since a timeout drops this future without
+        // a word; cleared only once the answer is heard.
+        self.mark_unheard(&req.token, true);
         let outcome = self
             .decide(&req.names, true, |now, rows| {
                 let (o, writes) = rules::grant(rows, now, &grant);
                 (Some(o), writes)
             })
             .await?;
+        self.mark_unheard(&req.token, false);
         Ok(match outcome.expect("the transaction decided") {
             Outcome::Granted(g) => Attempt::Granted(g),
             Outcome::Busy(retry) => Attempt::Busy {
@@ -251,19 +302,45 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
-        self.0.listen(&req.token).await
+        self.backend.listen(&req.token).await
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
-        self.decide(names, false, |now, rows| {
-            rules::renew(rows, now, token, ms(ttl))
-        })
-        .await
+        let renewed = self
+            .decide(names, false, |now, rows| {
+                rules::renew(rows, now, token, ms(ttl))
+            })
+            .await?;
+        if renewed {
+            // The grant was applied after all, and its lease is being used (a quorum's other
+            // stores granted it): from here it ends as any lease does.
+            self.mark_unheard(token, false);
+        }
+        Ok(renewed)
     }
 
+    /// An attempt whose answer was not heard is released blind first: while answers are lost,
+    /// the usual release (read, then write) never gets past its first read, and a grant that
+    /// was committed unheard would block the lock until it expires.
+    ///
+    /// The blind release leaves the record's `previous` alone, where the usual release says
+    /// `released`. An unheard grant never let its owner in, so the record still tells the truth
+    /// about the last lease that did work: saying `released` would hide from the next holder
+    /// that the lease before ran out mid-work. And where it did let its owner in (a quorum's
+    /// other stores granted it, and no renewal has been heard here since), this store's older
+    /// answer can only make the next holder more careful: the worst answer of a majority wins.
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        self.decide(names, false, |now, rows| rules::release(rows, now, token))
-            .await
+        if self.is_unheard(token)
+            && let Some(held) = self.backend.release_unheard(names, token).await
+        {
+            self.mark_unheard(token, false);
+            return Ok(held);
+        }
+        let held = self
+            .decide(names, false, |now, rows| rules::release(rows, now, token))
+            .await?;
+        self.mark_unheard(token, false);
+        Ok(held)
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
@@ -291,11 +368,19 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
-        let names = self.0.held_names(prefix).await?;
+        let names = self.backend.held_names(prefix).await?;
         super::held_states(self, names).await
     }
 
     async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
-        self.0.health(query).await
+        self.backend.health(query).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_spells_every_byte() {
+        assert_eq!(super::hex("a'\\;é"), "61275c3bc3a9");
     }
 }
