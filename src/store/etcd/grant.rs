@@ -144,13 +144,18 @@ impl Inner {
         let lease = async {
             if let Some(l) = spare {
                 let sent = Instant::now();
-                if matches!(self.keep_alive(l.id).await, Ok(true)) {
-                    return Some(Free {
-                        renewed: Some(sent),
-                        ..l
-                    });
+                match self.keep_alive(l.id).await {
+                    Ok(true) => {
+                        return Some(Free {
+                            renewed: Some(sent),
+                            ..l
+                        });
+                    }
+                    Ok(false) => self.token(&req.token, |t| t.spare = None),
+                    // Unanswered, it is kept: a release may have handed the lock over on it,
+                    // and this token's release must then revoke it.
+                    Err(_) => {}
                 }
-                self.token(&req.token, |t| t.spare = None);
                 return None;
             }
             if queue {
