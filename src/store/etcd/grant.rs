@@ -18,6 +18,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
+use super::conn::Resend;
 use super::layout::{Entry, Record, encode, granted_record, lease_secs};
 use super::lease::{Free, Keyless, WAIT_TTL};
 use super::view::{Queue, Seen};
@@ -202,7 +203,9 @@ impl Inner {
             ops.extend(self.puts(&w));
             written.push(w);
         }
-        let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+        let resp = self
+            .txn(Txn::new().when(cmps).and_then(ops), Resend::No)
+            .await?;
         if !resp.succeeded() {
             return Ok(None);
         }
@@ -368,7 +371,9 @@ impl Inner {
         let reads = self.reads(&req.names);
         ops.extend(reads.iter().cloned());
         let txn = Txn::new().when(cmps).and_then(ops).or_else(reads);
-        match self.txn(txn).await {
+        // Sent again if unanswered: a second copy finds the entries the first put, and only
+        // reads.
+        match self.txn(txn, Resend::Yes).await {
             Ok(resp) => super::snapshot(&resp, &req.names).map(Some),
             // The waiting lease ran out (this process stalled): take a new one next round.
             Err(e) if e.kind() == ErrorKind::LeaseGone => {
