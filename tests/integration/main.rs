@@ -12,6 +12,7 @@ mod conformance;
 mod cron;
 mod doctor;
 mod engine_fences;
+mod etcd_member_cut;
 mod exclusion;
 mod generated;
 mod lost_grant;

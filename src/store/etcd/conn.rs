@@ -1,30 +1,59 @@
 //! Connecting to an etcd cluster: endpoints, TLS, credentials, and what errors mean.
 //!
-//! The client balances requests over the cluster's endpoints, but it counts an endpoint that
-//! refuses connections as ready and keeps sending requests there. So only endpoints that
-//! accept a TCP connection are handed to it, and when a request fails for want of a
-//! connection the endpoints are probed again and the request retried: one node down out of
-//! three costs a retry, never the lock.
+//! Requests go to one member at a time, the way ZooKeeper's client stays on one server: one
+//! client per member (connected when first used), and the member that answered last gets
+//! the next request. etcd-client's own balanced client spreads requests over every member,
+//! and it counts a member that accepts connections but answers nothing (cut off by the
+//! network) as ready: a third of the requests then wait out the whole store timeout, and a
+//! renewal (a read and a keep-alive) failed often enough for a holder cut from one member of
+//! three to lose its lock. Here a member that fails to answer is left for the next one:
+//!
+//! - A request that may be sent twice (`Resend::Yes`: reads, keep-alives, lease grants and
+//!   revokes, guarded writes whose second copy finds the first done and changes nothing)
+//!   waits half the store timeout on a member, then goes to the next one with the other
+//!   half. So a renewal whose member was cut still ends inside the store timeout the engine
+//!   gives it, and the client's deadline (reckoned from before the call) never moves.
+//! - Any other write (`Resend::No`: a grant, whose lost answer the caller must treat as
+//!   maybe applied) is sent once and waits the whole store timeout; if it goes unanswered,
+//!   the next request goes to the next member. An attempt reads before it writes, so a
+//!   member cut before the attempt is left by the read.
+//! - A request that found no connection (the member is down, or knows no leader) was not
+//!   acted on, and goes to the next member at once.
+//!
+//! Resending is chosen over sending every request to two members at once (hedging) for
+//! simplicity: one copy of each request in the normal case, and no race between answers.
 
-use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use tokio::sync::OnceCell;
 
 use crate::store::url::{HostPort, ServerUrl};
 use crate::store::{StoreError, StoreResult};
 
-/// Retries of a request that found no connection, each after probing the endpoints again.
-const RETRIES: u32 = 3;
-
 pub struct Endpoints {
-    pub client: Client,
-    urls: Vec<(HostPort, String)>,
-    /// The endpoints the client balances over now.
-    live: Mutex<HashSet<String>>,
-    probe_timeout: Duration,
+    members: Vec<Member>,
+    /// The member requests go to first: the one that answered last.
+    current: AtomicUsize,
+    options: ConnectOptions,
+    /// How long a request that may be sent again waits on one member.
+    patience: Duration,
+    timeout: Duration,
+}
+
+struct Member {
+    url: String,
+    client: OnceCell<Client>,
+}
+
+/// Whether a request may be sent to another member when its member did not answer in time
+/// (see the module's comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resend {
+    Yes,
+    No,
 }
 
 /// etcd names each of its errors by one exact description (its Go client maps them back to
@@ -130,8 +159,24 @@ impl Endpoints {
                 .with_user(user, url.password.clone().unwrap_or_default())
                 .with_auto_token_refresh(true);
         }
-        let live: Vec<String> = up.iter().cloned().collect();
-        let client = tokio::time::timeout(timeout, Client::connect(&live, Some(options)))
+        // Start on a member that accepts connections, picked at random so that many
+        // clients spread over the cluster.
+        let start = up[rand::random_range(0..up.len())];
+        let conn = Endpoints {
+            members: urls
+                .into_iter()
+                .map(|(_, url)| Member {
+                    url,
+                    client: OnceCell::new(),
+                })
+                .collect(),
+            current: AtomicUsize::new(start),
+            options,
+            patience: timeout / 2,
+            timeout,
+        };
+        // Connected now, so that a wrong password is told at once.
+        tokio::time::timeout(timeout, conn.client_of(start))
             .await
             .map_err(|_| {
                 StoreError::unavailable(format!(
@@ -140,53 +185,105 @@ impl Endpoints {
                 ))
             })?
             .map_err(classify)?;
-        Ok(Endpoints {
-            client,
-            urls,
-            live: Mutex::new(up),
-            probe_timeout: timeout.min(Duration::from_millis(300)),
-        })
+        Ok(conn)
     }
 
-    /// Run a request, retrying it (after re-probing) when it found no connection.
-    pub async fn call<T, F, Fut>(&self, mut request: F) -> StoreResult<T>
+    /// The client of member `i`, connected on first use. (Connecting does no I/O unless
+    /// credentials are given: then it signs in.)
+    async fn client_of(&self, i: usize) -> Result<Client, etcd_client::Error> {
+        let m = &self.members[i];
+        m.client
+            .get_or_try_init(|| Client::connect([&m.url], Some(self.options.clone())))
+            .await
+            .cloned()
+    }
+
+    /// The client of the member requests go to now, connected on first use (for a watch).
+    pub async fn client(&self) -> StoreResult<Client> {
+        self.client_of(self.current.load(Ordering::Relaxed))
+            .await
+            .map_err(classify)
+    }
+
+    /// The client of the member requests go to now, if it is connected (for a request sent
+    /// without waiting for it: if there is none, nothing is sent).
+    pub fn connected(&self) -> Option<Client> {
+        let i = self.current.load(Ordering::Relaxed);
+        self.members[i].client.get().cloned()
+    }
+
+    /// Requests go to the member after `i`, unless another request has moved them already.
+    fn move_on(&self, i: usize) {
+        let next = (i + 1) % self.members.len();
+        let _ = self
+            .current
+            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Run a request on the current member, and on the next ones as `resend` allows (see the
+    /// module's comment). Each member is tried at most once.
+    pub async fn call<T, F, Fut>(&self, resend: Resend, mut request: F) -> StoreResult<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let mut tries = 0;
-        loop {
-            match request().await {
-                Err(e) if tries < RETRIES && no_connection(&e) => {
-                    tries += 1;
-                    self.heal().await;
+        let mut last = None;
+        for _ in 0..self.members.len() {
+            let i = self.current.load(Ordering::Relaxed);
+            // Dropped unanswered (by the timeout below or the engine's): move on.
+            let mut tried = Try {
+                conn: self,
+                member: i,
+                answered: false,
+            };
+            let attempt = async {
+                let client = self.client_of(i).await?;
+                request(client).await
+            };
+            let r = match resend {
+                Resend::No => attempt.await,
+                Resend::Yes => match tokio::time::timeout(self.patience, attempt).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        last = Some(StoreError::unavailable(format!(
+                            "cannot reach etcd: no answer from {} within {}",
+                            self.members[i].url,
+                            humantime::format_duration(self.patience)
+                        )));
+                        continue;
+                    }
+                },
+            };
+            match r {
+                Err(e) if no_connection(&e) => last = Some(classify(e)),
+                r => {
+                    tried.answered = true;
+                    return r.map_err(classify);
                 }
-                r => return r.map_err(classify),
             }
         }
+        Err(last.unwrap_or_else(|| {
+            StoreError::unavailable(format!(
+                "cannot reach etcd within {}",
+                humantime::format_duration(self.timeout)
+            ))
+        }))
     }
+}
 
-    /// Hand the client the endpoints that accept connections now (keeping the old set if
-    /// none does: then every request fails anyway, and says why).
-    async fn heal(&self) {
-        let (up, _) = probe(&self.urls, self.probe_timeout).await;
-        if up.is_empty() {
-            return;
+/// One request on one member: if it ends without an answer (no connection, or dropped by a
+/// timeout), requests go to the next member.
+struct Try<'a> {
+    conn: &'a Endpoints,
+    member: usize,
+    answered: bool,
+}
+
+impl Drop for Try<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.conn.move_on(self.member);
         }
-        let (add, remove): (Vec<String>, Vec<String>) = {
-            let live = self.live.lock().unwrap();
-            (
-                up.difference(&live).cloned().collect(),
-                live.difference(&up).cloned().collect(),
-            )
-        };
-        for url in &add {
-            let _ = self.client.add_endpoint(url).await;
-        }
-        for url in &remove {
-            let _ = self.client.remove_endpoint(url).await;
-        }
-        *self.live.lock().unwrap() = up;
     }
 }
 
@@ -206,24 +303,26 @@ fn tls_options(url: &mut ServerUrl) -> StoreResult<Option<TlsOptions>> {
     Ok(Some(tls))
 }
 
-/// The endpoints whose host accepts a TCP connection within `timeout`, and why the others
+/// The members whose host accepts a TCP connection within `timeout`, and why the others
 /// do not.
-async fn probe(urls: &[(HostPort, String)], timeout: Duration) -> (HashSet<String>, Vec<String>) {
-    let tries = urls.iter().map(|(h, url)| async move {
+async fn probe(urls: &[(HostPort, String)], timeout: Duration) -> (Vec<usize>, Vec<String>) {
+    let tries = urls.iter().map(|(h, _)| async move {
         let addr = (h.host.as_str(), h.port);
         match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
-            Ok(Ok(_)) => Ok(url.clone()),
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(format!("{h}: {e}")),
             Err(_) => Err(format!("{h}: no answer")),
         }
     });
-    let mut up = HashSet::new();
+    let mut up = Vec::new();
     let mut why = Vec::new();
-    for r in futures_util::future::join_all(tries).await {
+    for (i, r) in futures_util::future::join_all(tries)
+        .await
+        .into_iter()
+        .enumerate()
+    {
         match r {
-            Ok(url) => {
-                up.insert(url);
-            }
+            Ok(()) => up.push(i),
             Err(e) => why.push(e),
         }
     }

@@ -4,18 +4,17 @@
 //! before it is acknowledged, so persistence needs no setting.
 
 use super::EtcdStore;
+use super::conn::Resend;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult};
 
 impl EtcdStore {
     pub(super) async fn doctor(&self, _q: HealthQuery) -> StoreResult<Health> {
         let mut h = Health::default();
-        let m = self.inner.conn.client.maintenance_client();
         let status = self
             .inner
             .conn
-            .call(|| {
-                let mut m = m.clone();
-                async move { m.status().await }
+            .call(Resend::Yes, |client| async move {
+                client.maintenance_client().status().await
             })
             .await?;
         h.version = Some(format!("etcd {}", status.version()));

@@ -18,6 +18,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
+use super::conn::Resend;
 use super::layout::{Entry, Record, encode, granted_record, lease_secs};
 use super::lease::{Free, Keyless, WAIT_TTL};
 use super::view::{Queue, Seen};
@@ -144,13 +145,18 @@ impl Inner {
         let lease = async {
             if let Some(l) = spare {
                 let sent = Instant::now();
-                if matches!(self.keep_alive(l.id).await, Ok(true)) {
-                    return Some(Free {
-                        renewed: Some(sent),
-                        ..l
-                    });
+                match self.keep_alive(l.id).await {
+                    Ok(true) => {
+                        return Some(Free {
+                            renewed: Some(sent),
+                            ..l
+                        });
+                    }
+                    Ok(false) => self.token(&req.token, |t| t.spare = None),
+                    // Unanswered, it is kept: a release may have handed the lock over on it,
+                    // and this token's release must then revoke it.
+                    Err(_) => {}
                 }
-                self.token(&req.token, |t| t.spare = None);
                 return None;
             }
             if queue {
@@ -197,7 +203,9 @@ impl Inner {
             ops.extend(self.puts(&w));
             written.push(w);
         }
-        let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+        let resp = self
+            .txn(Txn::new().when(cmps).and_then(ops), Resend::No)
+            .await?;
         if !resp.succeeded() {
             return Ok(None);
         }
@@ -363,7 +371,9 @@ impl Inner {
         let reads = self.reads(&req.names);
         ops.extend(reads.iter().cloned());
         let txn = Txn::new().when(cmps).and_then(ops).or_else(reads);
-        match self.txn(txn).await {
+        // Sent again if unanswered: a second copy finds the entries the first put, and only
+        // reads.
+        match self.txn(txn, Resend::Yes).await {
             Ok(resp) => super::snapshot(&resp, &req.names).map(Some),
             // The waiting lease ran out (this process stalled): take a new one next round.
             Err(e) if e.kind() == ErrorKind::LeaseGone => {

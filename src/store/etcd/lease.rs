@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Inner;
+use super::conn::Resend;
 use super::layout::lease_secs;
 use crate::store::{Acquire, StoreResult};
 
@@ -174,22 +175,28 @@ impl Inner {
         Ok(resp.ttl())
     }
 
-    /// One request to the lease service, retried on another member as `Endpoints::call` does.
+    /// One request to the lease service, sent to another member if its member does not
+    /// answer in time: each of them may be sent twice (a second grant only makes a lease
+    /// without keys, which runs out; keep-alives and revokes are the same twice).
     async fn lease_call<T, F, Fut>(&self, request: F) -> StoreResult<T>
     where
         F: Fn(etcd_client::LeaseClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
-        let lease = self.conn.client.lease_client();
-        self.conn.call(|| request(lease.clone())).await
+        self.conn
+            .call(Resend::Yes, |client| request(client.lease_client()))
+            .await
     }
 
     /// Revoke a lease nobody needs any more, without waiting for it: if this process ends
-    /// first, the lease (with no keys left on it) simply runs out.
+    /// first (or has no connection to send it on), the lease (with no keys left on it)
+    /// simply runs out.
     pub(super) fn revoke_later(&self, lease: i64) {
-        let mut client = self.conn.client.lease_client();
+        let Some(client) = self.conn.connected() else {
+            return;
+        };
         tokio::spawn(async move {
-            let _ = client.revoke(lease).await;
+            let _ = client.lease_client().revoke(lease).await;
         });
     }
 

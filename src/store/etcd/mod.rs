@@ -40,7 +40,7 @@ use super::{
     Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Store, StoreError,
     StoreResult, TagWrite, Waiter,
 };
-use conn::Endpoints;
+use conn::{Endpoints, Resend};
 use layout::Layout;
 use lease::{Free, Pool, Waiting};
 use view::{Blocker, Queue, Seen};
@@ -148,19 +148,21 @@ impl EtcdStore {
 }
 
 impl Inner {
-    async fn txn(&self, txn: Txn) -> StoreResult<TxnResponse> {
-        let kv = self.conn.client.kv_client();
+    /// One transaction; `resend` says whether a second copy would be harmless (see `conn`).
+    async fn txn(&self, txn: Txn, resend: Resend) -> StoreResult<TxnResponse> {
         self.conn
-            .call(|| {
-                let (mut kv, txn) = (kv.clone(), txn.clone());
-                async move { kv.txn(txn).await }
+            .call(resend, |client| {
+                let txn = txn.clone();
+                async move { client.kv_client().txn(txn).await }
             })
             .await
     }
 
     /// Every queue and record of `names`, in one read at one revision.
     async fn read(&self, names: &[String]) -> StoreResult<Snapshot> {
-        let resp = self.txn(Txn::new().and_then(self.reads(names))).await?;
+        let resp = self
+            .txn(Txn::new().and_then(self.reads(names)), Resend::Yes)
+            .await?;
         snapshot(&resp, names)
     }
 
@@ -183,7 +185,7 @@ impl Inner {
             .iter()
             .map(|n| TxnOp::get(self.layout.entry(n, token), None))
             .collect();
-        let resp = self.txn(Txn::new().and_then(ops)).await?;
+        let resp = self.txn(Txn::new().and_then(ops), Resend::Yes).await?;
         let out: Vec<Option<Seen>> = resp
             .op_responses()
             .into_iter()
@@ -338,13 +340,15 @@ impl Store for EtcdStore {
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
         let inner = &self.inner;
-        let kv = inner.conn.client.kv_client();
         let from = inner.layout.names_from(prefix);
         let resp = inner
             .conn
-            .call(|| {
-                let (mut kv, from) = (kv.clone(), from.clone());
-                async move { kv.get(from, Some(GetOptions::new().with_prefix())).await }
+            .call(Resend::Yes, |client| {
+                let from = from.clone();
+                async move {
+                    let options = GetOptions::new().with_prefix();
+                    client.kv_client().get(from, Some(options)).await
+                }
             })
             .await?;
         let names: Vec<String> = resp

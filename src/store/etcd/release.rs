@@ -9,6 +9,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::Inner;
+use super::conn::Resend;
 use super::grant::ROUNDS;
 use super::layout::{Entry, Record, encode, lease_secs};
 use super::lease::Free;
@@ -67,7 +68,9 @@ impl Inner {
                 Some(PutOptions::new().with_lease(id)),
             ));
         }
-        let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+        let resp = self
+            .txn(Txn::new().when(cmps).and_then(ops), Resend::No)
+            .await?;
         if !resp.succeeded() {
             self.revoke_later(id);
             return Ok(false);
@@ -194,7 +197,13 @@ impl Inner {
                 }
                 return Ok(false);
             }
-            let resp = match self.txn(Txn::new().when(cmps).and_then(ops)).await {
+            // Sent again if unanswered: a second copy after the first was applied fails its
+            // compares (the entries are gone), and the read of the next round finds nothing
+            // left to release.
+            let resp = match self
+                .txn(Txn::new().when(cmps).and_then(ops), Resend::Yes)
+                .await
+            {
                 // The heir's spare ran out (its process stalled or ended): it takes the lock
                 // itself, if it is still there.
                 Err(e) if hand_over && e.kind() == ErrorKind::LeaseGone => {
@@ -246,7 +255,9 @@ impl Inner {
             }
             // The record is left as it is: the next grant sees that its predecessor did not
             // release, and reports it expired.
-            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            let resp = self
+                .txn(Txn::new().when(cmps).and_then(ops), Resend::No)
+                .await?;
             if resp.succeeded() {
                 return Ok(true);
             }
@@ -279,7 +290,9 @@ impl Inner {
             if ops.is_empty() {
                 return Ok(());
             }
-            let resp = self.txn(Txn::new().when(cmps).and_then(ops)).await?;
+            let resp = self
+                .txn(Txn::new().when(cmps).and_then(ops), Resend::No)
+                .await?;
             if resp.succeeded() {
                 return Ok(());
             }

@@ -4,6 +4,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 
 use super::EtcdStore;
+use super::conn::Resend;
 use crate::store::{StoreError, StoreResult, TagWrite};
 
 impl EtcdStore {
@@ -21,7 +22,7 @@ impl EtcdStore {
                 .or_else([TxnOp::get(key, None)]),
             TagWrite::Replace => Txn::new().and_then([put]),
         };
-        let resp = self.inner.txn(txn).await?;
+        let resp = self.inner.txn(txn, Resend::No).await?;
         if resp.succeeded() {
             return Ok(tag.to_string());
         }

@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 
 use super::Inner;
+use super::conn::Resend;
 use super::view::{Blocker, Seen};
 use crate::store::Listener;
 
@@ -64,7 +65,10 @@ impl Predecessor {
                 ),
             };
             let options = options.with_filters([WatchFilterType::NoPut]);
-            let mut watch = self.inner.conn.client.watch_client();
+            let Ok(client) = self.inner.conn.client().await else {
+                return std::future::pending().await;
+            };
+            let mut watch = client.watch_client();
             let Ok(mut stream) = watch.watch(key.clone(), Some(options)).await else {
                 return std::future::pending().await;
             };
@@ -117,8 +121,14 @@ impl Predecessor {
     /// The key still exists as it was at revision `rev` (an error counts as changed: the
     /// engine then reads again, which is always safe).
     async fn unchanged_since(&self, key: &[u8], rev: i64) -> bool {
-        let mut kv = self.inner.conn.client.kv_client();
-        match kv.get(key.to_vec(), None).await {
+        let got = self
+            .inner
+            .conn
+            .call(Resend::Yes, |client| async move {
+                client.kv_client().get(key.to_vec(), None).await
+            })
+            .await;
+        match got {
             Ok(resp) => resp
                 .kvs()
                 .first()
