@@ -74,9 +74,15 @@ fn a_holder_cut_from_one_member_at_a_time_keeps_its_lock() {
     // ttl each: the lease must be renewed through the others every time. (Before requests
     // went to one member at a time, a third of them went to the cut member, and a holder
     // lost its lock in about half of the rounds.)
-    let each = TTL * 3 / 2;
-    let child = cut.hold("one", "sleep 19; echo finished");
-    cut.cut_in_turn(&[&[0], &[1], &[2], &[0], &[1], &[2]], each);
+    let rounds: &[&[usize]] = &[&[0], &[1], &[2], &[0], &[1], &[2]];
+    keeps_its_lock(&cut, "one", 19, rounds, TTL * 3 / 2);
+}
+
+/// A holder whose child sleeps `secs` while `rounds` of members are cut in turn, `each`
+/// long: the child runs to its end and dlock exits 0.
+fn keeps_its_lock(cut: &Cut, name: &str, secs: u32, rounds: &[&[usize]], each: Duration) {
+    let child = cut.hold(name, &format!("sleep {secs}; echo finished"));
+    cut.cut_in_turn(rounds, each);
     let o = finish(child, Duration::from_secs(30));
     assert_code(&o, 0);
     assert_eq!(stdout(&o), "finished");
@@ -89,11 +95,7 @@ fn a_holder_cut_from_one_member_at_a_time_keeps_its_lock() {
 #[test]
 fn a_holder_that_reaches_one_member_keeps_its_lock() {
     let cut = Cut::new();
-    let child = cut.hold("two", "sleep 8; echo finished");
-    cut.cut_in_turn(&[&[0, 1], &[1, 2], &[2, 0]], TTL);
-    let o = finish(child, Duration::from_secs(30));
-    assert_code(&o, 0);
-    assert_eq!(stdout(&o), "finished");
+    keeps_its_lock(&cut, "two", 8, &[&[0, 1], &[1, 2], &[2, 0]], TTL);
 }
 
 #[test]
