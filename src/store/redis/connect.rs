@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use redis::cluster::{ClusterClientBuilder, NodeAddress};
+use redis::cluster::NodeAddress;
 use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
 use super::classify;
@@ -108,17 +108,6 @@ pub(super) fn nat_map(spec: &str) -> StoreResult<HashMap<NodeAddress, NodeAddres
         return Err(bad("it maps nothing".to_string()));
     }
     Ok(map)
-}
-
-/// The cluster client's builder with `?nat_map` applied, if given.
-pub(super) fn with_nat_map(
-    b: ClusterClientBuilder,
-    map: Option<HashMap<NodeAddress, NodeAddress>>,
-) -> ClusterClientBuilder {
-    match map {
-        Some(m) => b.node_address_map(m),
-        None => b,
-    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
-use connect::{certificates, client, connection_info, nat_map, with_nat_map};
+use connect::{certificates, client, connection_info, nat_map};
 
 use super::url::ServerUrl;
 use super::{
@@ -159,13 +159,13 @@ impl RedisStore {
             .map(|info| client(tls.as_ref(), info.clone()))
             .collect::<StoreResult<Vec<_>>>()?;
         let conn = if cluster {
-            let mut b = with_nat_map(
-                redis::cluster::ClusterClientBuilder::new(infos.clone()),
-                nat_map,
-            )
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .retries(2);
+            let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .retries(2);
+            if let Some(m) = nat_map {
+                b = b.node_address_map(m);
+            }
             if let Some(u) = &url.user {
                 b = b.username(u);
             }
