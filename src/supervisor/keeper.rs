@@ -77,6 +77,11 @@ pub unsafe fn run(setup: Setup, command: pid_t) -> ! {
         };
         loop {
             let none_left = reap(&mut st);
+            if st.status.is_some() && !st.term_sent && !st.orphaned {
+                // dlock tells us before it signals the command: an order that explains the
+                // command's end is in the pipe by now.
+                wait(&mut st, sfd, 0);
+            }
             if let Some(status) = st.status
                 && (none_left || !st.term_sent)
             {

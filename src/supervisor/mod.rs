@@ -296,16 +296,17 @@ impl<'a> Supervised<'a> {
     /// SIGTERM to the command's group (continued, if stopped), and through the watchdog to
     /// the rest of its tree.
     fn terminate(&mut self) {
+        // The watchdog hears of it first: the command's end then finds it told (see `keeper`).
+        self.dog.terminated();
         let _ = sys::kill_group(self.pgid, libc::SIGTERM);
         let _ = sys::kill_group(self.pgid, libc::SIGCONT);
-        self.dog.terminated();
         self.term_sent = true;
     }
 
     /// SIGKILL to the command's group, and through the watchdog to the rest of its tree.
     fn kill(&mut self) {
-        let _ = sys::kill_group(self.pgid, libc::SIGKILL);
         self.dog.kill();
+        let _ = sys::kill_group(self.pgid, libc::SIGKILL);
         self.kill_sent = true;
     }
 

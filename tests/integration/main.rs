@@ -19,6 +19,7 @@ mod lost_grant;
 mod mixed;
 mod modes;
 mod multilock;
+mod process_tree;
 mod proxy;
 mod quorum;
 mod refused;
