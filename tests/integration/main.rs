@@ -15,6 +15,7 @@ mod engine_fences;
 mod etcd_member_cut;
 mod exclusion;
 mod generated;
+mod job_control;
 mod lost_grant;
 mod mixed;
 mod modes;
