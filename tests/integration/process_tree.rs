@@ -200,3 +200,63 @@ fn a_lost_lease_stops_the_part_of_the_tree_that_left_the_group() {
     let alive: Vec<u32> = tree.iter().copied().filter(|&p| running(p)).collect();
     assert!(alive.is_empty(), "left running after exit 70: {alive:?}");
 }
+
+/// A frozen dlock (SIGSTOP) cannot stop its command: the watchdog stops the whole tree, the
+/// part that called `setsid` included, before the lease runs out; dlock says 70 once it runs.
+#[test]
+fn a_frozen_run_has_its_whole_tree_stopped_before_the_lease_runs_out() {
+    let env = Env::file();
+    let worker = worker(&env);
+    let pidfile = env.path("pids");
+    let _reaper = Reaper(pidfile.clone());
+    let script = format!(
+        "( setsid sh -c 'echo $$ >> {p}; {w} & wait' & ); {w}",
+        p = pidfile.display(),
+        w = worker.display()
+    );
+    let mut holder = env.spawn_run(&["job", "--ttl", "2s"], &script);
+    assert!(wait_for(Duration::from_secs(10), || pids(&pidfile).len() >= 3));
+    let tree = pids(&pidfile);
+    signal(holder.id(), libc::SIGSTOP);
+    let gone = wait_for(Duration::from_secs(3), || tree.iter().all(|&p| !running(p)));
+    let next = env.run(&["run", "job", "-w", "10s", "--", "sh", "-c", "date +%s%N"]);
+    signal(holder.id(), libc::SIGCONT);
+    let status = wait_child(&mut holder, Duration::from_secs(10)).expect("dlock exits");
+    let alive: Vec<u32> = tree.iter().copied().filter(|&p| running(p)).collect();
+    assert!(gone, "left running under a frozen dlock: {alive:?}");
+    assert_code(&next, 0);
+    let entered: u128 = stdout(&next).parse().unwrap();
+    let late = read(&env.path("log"))
+        .lines()
+        .filter_map(|l| l.parse::<u128>().ok())
+        .filter(|&t| t > entered)
+        .count();
+    assert_eq!(late, 0, "the tree wrote after the next holder entered");
+    assert_eq!(status.code(), Some(70));
+}
+
+/// `--max-runtime` stops the whole tree, not only the command's group, before dlock exits.
+#[test]
+fn max_runtime_stops_the_part_of_the_tree_that_left_the_group() {
+    let env = Env::file();
+    let worker = worker(&env);
+    let pidfile = env.path("pids");
+    let _reaper = Reaper(pidfile.clone());
+    let script = format!(
+        "( setsid sh -c 'echo $$ >> {p}; {w} & wait' > /dev/null 2>&1 & ); sleep 30",
+        p = pidfile.display(),
+        w = worker.display()
+    );
+    let mut c = env.cmd();
+    c.args(["run", "job", "--max-runtime", "1s", "--kill-grace", "300ms"])
+        .args(["--", "sh", "-c", &script]);
+    let o = output_within(c, Duration::from_secs(30));
+    assert_ne!(code(&o), 0, "{}", stderr(&o));
+    let tree = pids(&pidfile);
+    assert!(tree.len() >= 2, "the tree did not start: {tree:?}");
+    let alive: Vec<u32> = tree.iter().copied().filter(|&p| running(p)).collect();
+    assert!(
+        alive.is_empty(),
+        "left running after --max-runtime: {alive:?}"
+    );
+}
