@@ -151,8 +151,8 @@ pub fn group_alive(pgid: u32) -> bool {
     unsafe { libc::kill(-(pgid as i32), 0) == 0 }
 }
 
-/// In a freshly forked child, before exec: die with SIGKILL when the parent dies, so a child
-/// can never outlive the dlock that holds its lease. Must only call async-signal-safe code.
+/// In a freshly forked child, before exec: die with SIGKILL when the parent dies (the command,
+/// should its watchdog be killed). Must only call async-signal-safe code.
 pub fn die_with_parent(parent: i32) -> io::Result<()> {
     // SAFETY: prctl and getppid are async-signal-safe and take no pointers here.
     unsafe {

@@ -81,9 +81,9 @@ fn fork_job(setup: keeper::Setup, foreground: bool) -> std::io::Result<()> {
                 if foreground {
                     // As shells do, the child takes the terminal itself too, so that it never
                     // reads it from a background group (and stops) before dlock gets to it.
-                    libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                    let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
                     libc::tcsetpgrp(0, libc::getpid());
-                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                    libc::signal(libc::SIGTTOU, old);
                 }
                 // If the watchdog is killed, the command goes with it.
                 sys::die_with_parent(watchdog)?;
