@@ -96,7 +96,16 @@ pub async fn supervise_with(
         command[0], job.pgid, lease.grants[0].fence
     ));
     let mut run = Supervised::new(shards, out, lease, job, terminal, grace, limits, events);
-    let status = run.watch(&mut signals).await;
+    // On a terminal, the shell's SIGCONT (`fg`, `bg`) resumes the command after dlock stopped
+    // itself with it (see `job`).
+    let mut conts = match &run.terminal {
+        Some(_) => Some(
+            Signals::catch(&[libc::SIGCONT])
+                .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?,
+        ),
+        None => None,
+    };
+    let status = run.watch(&mut signals, &mut conts).await;
     run.settle(status).await
 }
 
@@ -200,7 +209,11 @@ impl<'a> Supervised<'a> {
     }
 
     /// Until the command (the watchdog, whose status is the command's) has ended.
-    async fn watch(&mut self, signals: &mut Signals) -> std::io::Result<std::process::ExitStatus> {
+    async fn watch(
+        &mut self,
+        signals: &mut Signals,
+        conts: &mut Option<Signals>,
+    ) -> std::io::Result<std::process::ExitStatus> {
         let never = self.started;
         loop {
             let health = self.health.borrow().clone();
@@ -221,6 +234,12 @@ impl<'a> Supervised<'a> {
                     self.renewer_done = changed.is_err();
                 }
                 _ = self.dog.stopped() => self.suspend().await,
+                Some(_) = async { Some(conts.as_mut()?.recv().await) }, if conts.is_some() => {
+                    if let Some(t) = &self.terminal {
+                        self.out.debug("continued; resuming the command");
+                        job::resume(t, self.pgid);
+                    }
+                }
                 _ = sleep_until(term_at), if !self.term_sent => self.unrenewed(&health),
                 _ = sleep_until(self.stop_at.unwrap_or(never)),
                     if self.stop_at.is_some() && self.overrun_kill_at.is_none() => self.overrun(),
@@ -313,7 +332,7 @@ impl<'a> Supervised<'a> {
 
     /// The command was stopped (Ctrl-Z). On a terminal, the whole job stops: renew once, so
     /// the lease is held for a whole ttl from now, then stop dlock itself, which gives the
-    /// shell its prompt back; resume the command when the shell continues dlock.
+    /// shell its prompt back.
     async fn suspend(&mut self) {
         let Some(terminal) = &self.terminal else {
             // Without a terminal nothing changes: whoever stopped it will continue it.
@@ -326,8 +345,7 @@ impl<'a> Supervised<'a> {
             self.pushed = deadline;
             self.dog.push(deadline);
         }
+        // The command resumes when the shell continues dlock (the SIGCONT branch of `watch`).
         job::suspend_self(terminal);
-        self.out.debug("continued; resuming the command");
-        job::resume(terminal, self.pgid);
     }
 }
