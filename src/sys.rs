@@ -151,8 +151,8 @@ pub fn group_alive(pgid: u32) -> bool {
     unsafe { libc::kill(-(pgid as i32), 0) == 0 }
 }
 
-/// In a freshly forked child, before exec: die with SIGKILL when the parent dies, so a child
-/// can never outlive the dlock that holds its lease. Must only call async-signal-safe code.
+/// In a freshly forked child, before exec: die with SIGKILL when the parent dies (the command,
+/// should its watchdog be killed). Must only call async-signal-safe code.
 pub fn die_with_parent(parent: i32) -> io::Result<()> {
     // SAFETY: prctl and getppid are async-signal-safe and take no pointers here.
     unsafe {
@@ -189,38 +189,68 @@ pub fn signal_name(sig: i32) -> String {
 }
 
 /// While alive, the terminal's foreground process group is the child's, so it can read the
-/// terminal and Ctrl-C reaches it directly (as it would without dlock). Restored on drop.
+/// terminal and Ctrl-C and Ctrl-Z reach it directly (as they would without dlock). Restored
+/// on drop.
 pub struct Foreground {
-    previous: Option<libc::pid_t>,
+    previous: libc::pid_t,
+    /// The child's group, once given.
+    child: std::cell::Cell<libc::pid_t>,
+}
+
+/// `tcsetpgrp` on stdin with SIGTTOU ignored around it, so a background dlock is not stopped
+/// by the switch.
+fn set_foreground(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal and tcsetpgrp take no pointers.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        let ok = libc::tcsetpgrp(0, pgid) == 0;
+        libc::signal(libc::SIGTTOU, old);
+        ok
+    }
 }
 
 impl Foreground {
-    pub fn give(pgid: u32) -> Foreground {
-        // SAFETY: tcgetpgrp/getpgrp/tcsetpgrp take no pointers; SIGTTOU is ignored around the
-        // switch so a background dlock is not stopped by it.
+    /// Whether dlock has the terminal now (its group is the foreground one): then the child
+    /// takes it (`give`). None without a terminal, or in the background.
+    pub fn ours() -> Option<Foreground> {
+        // SAFETY: isatty/tcgetpgrp/getpgrp take no pointers.
         unsafe {
-            if libc::isatty(0) != 1 || libc::tcgetpgrp(0) != libc::getpgrp() {
-                return Foreground { previous: None };
-            }
-            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-            let ok = libc::tcsetpgrp(0, pgid as libc::pid_t) == 0;
-            libc::signal(libc::SIGTTOU, old);
-            Foreground {
-                previous: ok.then(|| libc::getpgrp()),
-            }
+            let me = libc::getpgrp();
+            (libc::isatty(0) == 1 && libc::tcgetpgrp(0) == me).then_some(Foreground {
+                previous: me,
+                child: std::cell::Cell::new(0),
+            })
+        }
+    }
+
+    /// The terminal to the child's group (which also takes it itself before exec).
+    pub fn give(&self, pgid: u32) {
+        self.child.set(pgid as libc::pid_t);
+        set_foreground(pgid as libc::pid_t);
+    }
+
+    /// Back to dlock's group, before dlock stops itself with its job.
+    pub fn take_back(&self) {
+        set_foreground(self.previous);
+    }
+
+    /// After the shell continued dlock: the terminal to the child's group if the shell gave
+    /// it to dlock (`fg`), not if the job goes on in the background (`bg`).
+    pub fn give_again(&self, pgid: u32) {
+        // SAFETY: tcgetpgrp takes no pointers.
+        if unsafe { libc::tcgetpgrp(0) } == self.previous {
+            self.give(pgid);
         }
     }
 }
 
 impl Drop for Foreground {
     fn drop(&mut self) {
-        if let Some(pg) = self.previous {
-            // SAFETY: as in give().
-            unsafe {
-                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                libc::tcsetpgrp(0, pg);
-                libc::signal(libc::SIGTTOU, old);
-            }
+        // SAFETY: tcgetpgrp takes no pointers.
+        let now = unsafe { libc::tcgetpgrp(0) };
+        // Only if the terminal is still the child's: not the shell's after a `bg`.
+        if now == self.child.get() {
+            set_foreground(self.previous);
         }
     }
 }

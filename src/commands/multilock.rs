@@ -31,11 +31,7 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     // Without a command the token is the result on stdout, so `--events -` may not use it.
     let events = Events::open(args.holder.events.as_deref(), !detached)?;
-    let dog = (!detached)
-        .then(|| supervisor::standby_watchdog(&ctx.out, grace))
-        .flatten();
     let ended = async {
-        // A run that does not get its lock drops its watchdog, which then ends.
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
         if detached {
             super::lock::print_token(ctx, &lease);
@@ -45,7 +41,6 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
             &ctx.shards,
             &ctx.out,
             lease,
-            dog,
             &args.command,
             grace,
             supervisor::Limits::default(),

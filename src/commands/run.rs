@@ -46,15 +46,12 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     if let Some(most) = args.cron.jitter {
         jitter(ctx, most).await?;
     }
-    let dog = supervisor::standby_watchdog(&ctx.out, grace);
     let ended = async {
-        // A run that does not get its lock drops its watchdog, which then ends.
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         supervisor::supervise_with(
             &ctx.shards,
             &ctx.out,
             lease,
-            dog,
             &command,
             grace,
             limits,

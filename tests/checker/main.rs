@@ -15,6 +15,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod contention;
+mod holder_tree;
 mod lost_grant;
 mod partition;
 mod sharded;
@@ -211,7 +212,8 @@ use common::running as process_running;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
-    /// SIGKILL the `dlock run` of a holder in its section (its child dies with it).
+    /// SIGKILL the `dlock run` of a holder in its section: its command's whole tree (a
+    /// grandchild that keeps writing included) must go before the next holder enters.
     HolderKill,
     /// SIGSTOP a holder's `dlock run` for twice the ttl while its child keeps running.
     HolderStop,
@@ -791,7 +793,7 @@ impl Run {
         }
         let mut child = cmd.spawn().expect("spawn the victim");
         let dlock_pid = child.id();
-        let Some(pid) = self.wait_entered(&victim, &mut child, Duration::from_secs(60)) else {
+        let Some(_) = self.wait_entered(&victim, &mut child, Duration::from_secs(60)) else {
             let code = self.finish(&mut child, Duration::from_secs(5));
             let said = self.tally.said.lock().unwrap().get(&code).cloned();
             return Injected {
@@ -810,13 +812,6 @@ impl Run {
         let mut exit = None;
         let at;
         let outcome = match fault {
-            Fault::HolderKill => {
-                signal(dlock_pid, libc::SIGKILL);
-                at = Some(mono_ns());
-                let code = self.finish(&mut child, Duration::from_secs(10));
-                let gone = self.wait_gone(pid, Duration::from_secs(5));
-                format!("dlock exit {code}, child gone {gone}")
-            }
             Fault::HolderStop => {
                 signal(dlock_pid, libc::SIGSTOP);
                 at = Some(mono_ns());
@@ -989,6 +984,8 @@ struct Summary {
     /// victims that entered all the same (the reply crossed before it could be dropped).
     max_lost_grant_free_ms: Option<u64>,
     lost_grant_heard: usize,
+    /// Holder kills: writes of the victim's grandchild after the next holder entered.
+    late_writes: Option<usize>,
     details: Vec<String>,
 }
 
@@ -1078,6 +1075,7 @@ fn check(
         ));
     }
     lost_grant::check(&mut s, &secs, faults, ttl);
+    holder_tree::check(&mut s, faults);
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
     // time a waiter takes to notice and ask again).
     let slack = (ttl / 2).max(Duration::from_millis(500));
@@ -1199,7 +1197,8 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let fault = setup.faults[n % setup.faults.len()];
         let began = mono_ns();
         let inj = match fault {
-            Fault::HolderKill | Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
+            Fault::HolderKill => run.holder_kill_fault(n),
+            Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
             Fault::ClockRate => run.clock_rate_fault(n, &setup),
             Fault::LostGrant => run.lost_grant_fault(n, &setup),
             Fault::Delay => run.delay_fault(n, &setup),
@@ -1290,6 +1289,9 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     if let Some(n) = summary.member_cut_stops {
         cuts_txt.push_str(&format!(" member-cut-stops={n}"));
     }
+    if let Some(n) = summary.late_writes {
+        cuts_txt.push_str(&format!(" late-writes={n}"));
+    }
     if let Some(ms) = summary.max_lost_grant_free_ms {
         cuts_txt.push_str(&format!(
             " max-lost-grant-free-ms={ms} lost-grants-heard={}",
@@ -1355,6 +1357,9 @@ fn main() {
         let log = PathBuf::from(&args[1]);
         let hold = Duration::from_micros(args[2].parse().unwrap());
         std::process::exit(section(&log, hold));
+    }
+    if args.first().map(String::as_str) == Some("writer") {
+        std::process::exit(holder_tree::writer(Path::new(&args[1])));
     }
     let mut cfg = Config {
         clients: 4,

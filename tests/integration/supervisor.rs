@@ -147,7 +147,7 @@ fn sigusr1_is_forwarded_and_the_child_goes_on() {
     assert!(read(&log).contains("usr1"));
 }
 
-/// SIGKILL a holder's dlock: its child dies with it (parent-death signal), and the next
+/// SIGKILL a holder's dlock: its watchdog stops the child, and the next
 /// `run` gets the lock within the ttl (2 s), told that its predecessor expired.
 fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
     let pidfile = env.path("child.pid");

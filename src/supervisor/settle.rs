@@ -1,0 +1,174 @@
+//! The end of a supervised run: the lease released (or kept for `--hold-min`), the watchdog's
+//! word on whether it had to stop the command, and the code dlock ends with.
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{Limits, Supervised};
+use crate::engine::Lease;
+use crate::events;
+use crate::exit::{Error, ExitCode, Result};
+use crate::output::Output;
+use crate::shard::Shards;
+use crate::sys;
+
+impl Supervised<'_> {
+    /// The command has ended: release the lease (or keep it for --hold-min) and say how the
+    /// run ended.
+    pub(super) async fn settle(
+        mut self,
+        status: std::io::Result<std::process::ExitStatus>,
+    ) -> Result<i32> {
+        self.renewer.abort();
+        // The next holder waits on this release: in a plain ending it comes before anything
+        // else (giving back the terminal). A lost or overrun lease has its command's tree
+        // killed first (the watchdog ends only when none of it is left), and --hold-min keeps
+        // the lease.
+        let overran = self.overrun_kill_at.is_some();
+        let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
+        let early = if plain {
+            Some(
+                self.shards
+                    .release(&self.lease.req.names, &self.lease.req.token)
+                    .await,
+            )
+        } else {
+            None
+        };
+        drop(self.terminal.take());
+        if self.dog.fired() && self.lost.is_none() {
+            // dlock could not act in time (it was stopped or starved) and the watchdog
+            // stopped the command at the deadline: the lease is gone as surely as if we had
+            // seen it go.
+            let why = format!(
+                "the lease on {} ran out while dlock could not renew it (was dlock stopped?); \
+                 the watchdog stopped the command",
+                self.names()
+            );
+            self.out.error(&why);
+            self.lost_event(&why);
+            self.lost = Some(why);
+        }
+        if self.lost.is_some() || overran {
+            // Whatever the child left running in its group must not outlive the lease either.
+            let _ = sys::kill_group(self.pgid, libc::SIGKILL);
+        }
+        if self.lost.is_none()
+            && let Some(hold) = self.limits.hold_min
+            && let Some(left) = (self.started + hold).checked_duration_since(Instant::now())
+            && !left.is_zero()
+        {
+            // Leave the lease to run out on the store at start + hold-min, not released: no
+            // other host (whatever its clock says) runs the job again within that window.
+            hold_until(self.shards, self.out, &self.lease, left, hold).await;
+            let ended = exit_status(status, overran, self.limits);
+            // Not released: left to run out on the store at the end of --hold-min.
+            self.released(json!({ "expires_in_ms": left.as_millis() as u64 }), &ended);
+            return ended;
+        }
+        let tally = match early {
+            Some(tally) => tally,
+            None => {
+                self.shards
+                    .release(&self.lease.req.names, &self.lease.req.token)
+                    .await
+            }
+        };
+        if tally.errors().next().is_some() && self.lost.is_none() {
+            // A store that was down all along is no news; a release that left the lease held
+            // on a majority (until its ttl) is.
+            let report = if self.shards.confirmed(&tally) {
+                Output::debug
+            } else {
+                Output::warn
+            };
+            report(
+                self.out,
+                &format!(
+                    "could not release on every store (the lease will expire there): {}",
+                    tally
+                        .errors()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            );
+        }
+        if let Some(why) = self.lost.take() {
+            return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
+        }
+        let ended = exit_status(status, overran, self.limits);
+        // false: no majority confirmed the release; the lease runs out by its ttl.
+        self.released(
+            json!({ "confirmed": self.shards.confirmed(&tally) }),
+            &ended,
+        );
+        ended
+    }
+
+    /// The `released` event: how the run ended, and `what` became of the lease.
+    fn released(&self, what: serde_json::Value, ended: &Result<i32>) {
+        let code = json!({ "exit_code": ended_code(ended) });
+        self.events.emit(
+            "released",
+            &self.lease.req.names,
+            events::with(events::fences(&self.fences), events::with(code, what)),
+        )
+    }
+}
+
+/// The code dlock ends with once the command has ended and the lease is settled.
+fn exit_status(
+    status: std::io::Result<std::process::ExitStatus>,
+    overran: bool,
+    limits: Limits,
+) -> Result<i32> {
+    let status = status.map_err(|e| Error::failure(format!("cannot wait for the command: {e}")))?;
+    if overran {
+        return Err(Error::new(
+            ExitCode::TimedOut,
+            format!(
+                "the command ran longer than --max-runtime {} and was stopped",
+                humantime::format_duration(limits.max_runtime.unwrap_or_default())
+            ),
+        ));
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    })
+}
+
+/// The code a run ends with, for the `released` event.
+fn ended_code(ended: &Result<i32>) -> i32 {
+    match ended {
+        Ok(code) => *code,
+        Err(e) => i32::from(e.code),
+    }
+}
+
+/// Set the lease to run out `left` from now (the end of the `--hold-min` window) and leave it.
+async fn hold_until(shards: &Shards, out: &Output, lease: &Lease, left: Duration, hold: Duration) {
+    let req = &lease.req;
+    let tally = shards.extend(&req.names, &req.token, left).await;
+    match shards.verdict(tally) {
+        Ok(_) => {
+            out.debug(&format!(
+                "keeping {} for the rest of --hold-min {} ({} more); the lease runs out on the store",
+                req.names.join(", "),
+                humantime::format_duration(hold),
+                humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+            ));
+        }
+        // The command ran under the lock; only the window after it is not assured.
+        Err(e) => out.warn(&format!(
+            "could not keep {} for the rest of --hold-min {}: {e}",
+            req.names.join(", "),
+            humantime::format_duration(hold)
+        )),
+    }
+}

@@ -1,0 +1,203 @@
+//! `dlock run` as a shell job in a real pseudo-terminal (tmux): Ctrl-Z suspends the whole job
+//! and gives the shell its prompt back, `fg` resumes it, Ctrl-C then reaches the command,
+//! and a job suspended past its lease is stopped before the lease runs out.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::*;
+
+const PROMPT: &str = "PROMPT>";
+
+/// An interactive bash in a tmux server of the test's own, with the test's dlock environment.
+struct Terminal {
+    socket: PathBuf,
+}
+
+impl Terminal {
+    fn start(env: &Env) -> Terminal {
+        let tmux = require("tmux", "tmux");
+        let socket = env.path("tmux.sock");
+        let dlock = PathBuf::from(env!("CARGO_BIN_EXE_dlock"));
+        let dir = dlock.parent().unwrap().display().to_string();
+        let shell = format!(
+            "env -i PATH={dir}:{path} HOME={home} TERM=xterm PS1='{PROMPT} ' \
+             XDG_RUNTIME_DIR={runtime} bash --norc --noprofile -i",
+            path = std::env::var("PATH").unwrap_or_default(),
+            home = env.dir.path().display(),
+            runtime = env.path("runtime").display(),
+        );
+        std::fs::create_dir_all(env.path("runtime")).unwrap();
+        let ok = std::process::Command::new(&tmux)
+            .arg("-S")
+            .arg(&socket)
+            .args(["-f", "/dev/null", "new-session", "-d", "-s", "t"])
+            .args(["-x", "160", "-y", "40", &shell])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux did not start");
+        let t = Terminal { socket };
+        assert!(
+            wait_for(Duration::from_secs(10), || t.at_prompt()),
+            "no prompt: {}",
+            t.screen()
+        );
+        t
+    }
+
+    fn tmux(&self) -> std::process::Command {
+        let mut c = std::process::Command::new("tmux");
+        c.arg("-S").arg(&self.socket);
+        c
+    }
+
+    /// Keys as tmux names them (`C-z`, `Enter`) or literal text.
+    fn keys(&self, keys: &[&str]) {
+        let ok = self
+            .tmux()
+            .args(["send-keys", "-t", "t"])
+            .args(keys)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux send-keys {keys:?}");
+    }
+
+    fn line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        let o = self
+            .tmux()
+            .args(["capture-pane", "-p", "-t", "t"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The shell waits for a command line: its prompt is the last thing on the screen.
+    fn at_prompt(&self) -> bool {
+        self.screen()
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .is_some_and(|l| l.trim_end().ends_with(PROMPT))
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.tmux().arg("kill-server").status();
+    }
+}
+
+fn ticks(env: &Env) -> usize {
+    std::fs::read_to_string(env.path("log"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// Start a job that appends a line to the log every 50 ms, and wait until it writes.
+fn start_job(env: &Env, t: &Terminal, ttl: &str) {
+    t.line(&format!(
+        "dlock run jc --ttl {ttl} -- sh -c 'while :; do echo tick >> {}; sleep 0.05; done'",
+        env.path("log").display()
+    ));
+    assert!(
+        wait_for(Duration::from_secs(10), || ticks(env) >= 3),
+        "the job did not start: {}",
+        t.screen()
+    );
+}
+
+/// Ctrl-Z: the prompt comes back, and the whole job is suspended.
+fn suspend(env: &Env, t: &Terminal) {
+    t.keys(&["C-z"]);
+    assert!(
+        wait_for(Duration::from_secs(10), || t.at_prompt()),
+        "Ctrl-Z did not give the prompt back: {}",
+        t.screen()
+    );
+    assert!(t.screen().contains("Stopped"), "{}", t.screen());
+    let before = ticks(env);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        ticks(env),
+        before,
+        "the command ran on while its job was suspended"
+    );
+}
+
+#[test]
+fn ctrl_z_gives_the_prompt_back_and_fg_resumes_the_job() {
+    let env = Env::file();
+    let t = Terminal::start(&env);
+    start_job(&env, &t, "30s");
+    suspend(&env, &t);
+    // Suspended, the job still holds its lock.
+    assert_code(&env.run(&["lock", "jc", "-n"]), 75);
+    t.line("fg");
+    let resumed = ticks(&env);
+    assert!(
+        wait_for(Duration::from_secs(10), || ticks(&env) > resumed + 3),
+        "fg did not resume the job: {}",
+        t.screen()
+    );
+    assert!(!t.at_prompt(), "the job is in the foreground again");
+    t.keys(&["C-c"]);
+    assert!(wait_for(Duration::from_secs(10), || t.at_prompt()));
+}
+
+#[test]
+fn ctrl_c_after_ctrl_z_and_fg_ends_the_job_and_releases_the_lock() {
+    let env = Env::file();
+    let t = Terminal::start(&env);
+    start_job(&env, &t, "30s");
+    suspend(&env, &t);
+    t.line("fg");
+    let resumed = ticks(&env);
+    assert!(wait_for(Duration::from_secs(10), || ticks(&env) > resumed));
+    t.keys(&["C-c"]);
+    assert!(
+        wait_for(Duration::from_secs(10), || t.at_prompt()),
+        "Ctrl-C did not end the job: {}",
+        t.screen()
+    );
+    t.line("echo rc=$?");
+    assert!(
+        wait_for(Duration::from_secs(10), || t.screen().contains("rc=130")),
+        "{}",
+        t.screen()
+    );
+    assert_code(&env.run(&["lock", "jc", "-n"]), 0);
+}
+
+/// A job left suspended past its lease is stopped (SIGTERM with SIGCONT) by the watchdog
+/// before the lease runs out, so the next holder never meets it; `fg` then reports the lost
+/// lock (70).
+#[test]
+fn a_job_suspended_past_its_lease_is_stopped_before_the_next_holder_enters() {
+    let env = Env::file();
+    let t = Terminal::start(&env);
+    start_job(&env, &t, "2s");
+    suspend(&env, &t);
+    let stopped_at = ticks(&env);
+    let next = env.run(&["run", "jc", "-w", "10s", "--", "sh", "-c", "echo inside"]);
+    assert_code(&next, 0);
+    assert_eq!(stdout(&next), "inside");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ticks(&env), stopped_at, "the suspended job ran again");
+    t.line("fg");
+    assert!(wait_for(Duration::from_secs(10), || t.at_prompt()));
+    t.line("echo rc=$?");
+    assert!(
+        wait_for(Duration::from_secs(10), || t.screen().contains("rc=70")),
+        "{}",
+        t.screen()
+    );
+    assert_eq!(ticks(&env), stopped_at, "the job ran after its lease");
+}
