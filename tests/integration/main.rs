@@ -23,6 +23,7 @@ mod proxy;
 mod quorum;
 mod refused;
 mod regressions;
+mod server_life;
 mod shards;
 mod store_etcd;
 mod store_redis;
