@@ -470,6 +470,15 @@ pub trait Store: Send + Sync {
     /// keys, never expires, and is never listed as a lock.
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 
+    /// Whether a server of this store has let this process connect, though it may not have
+    /// served a request yet: an etcd member or a ZooKeeper server that accepted the connection
+    /// during an election, a database whose session opened. Its address is right, so what
+    /// follows (an election, a restart under way) is the store's own life, which a wait rides
+    /// out as it would after an answer; a typo'd URL is never reached and still fails fast.
+    fn reached(&self) -> bool {
+        false
+    }
+
     /// Hints for `inspect` about how this store is set up (e.g. missing persistence).
     async fn warnings(&self) -> Vec<String> {
         Vec::new()

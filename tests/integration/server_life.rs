@@ -227,7 +227,7 @@ fn leader_kill_under_load(env: &Env, kill_leader: impl FnOnce()) -> Duration {
     let codes = std::fs::read_to_string(&codes).unwrap();
     let unavailable = codes.lines().filter(|c| c.trim() == "69").count();
     let errors = std::fs::read_to_string(env.path("err")).unwrap_or_default();
-    assert_eq!(unavailable, 0, "runs exited 69:\n{errors}");
+    assert_eq!(unavailable, 0, "runs exited 69:\n{errors}\n{log_text}", log_text = std::fs::read_to_string(&log).unwrap_or_default().lines().count());
     assert!(
         codes.lines().all(|c| c.trim() == "0"),
         "codes: {codes}\n{errors}"

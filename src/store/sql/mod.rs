@@ -297,6 +297,11 @@ impl<B: Backend> Store for SqlStore<B> {
         self.backend.describe()
     }
 
+    /// The backend opened a session when it connected.
+    fn reached(&self) -> bool {
+        true
+    }
+
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.backend.shard_list(tag, write).await
     }

@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,6 +36,8 @@ pub struct Conn {
     auth: Option<Vec<u8>>,
     connect_timeout: Duration,
     client: tokio::sync::Mutex<Option<Client>>,
+    /// A server of the ensemble has let this process connect (`Store::reached`).
+    reached: AtomicBool,
 }
 
 impl Conn {
@@ -75,6 +78,7 @@ impl Conn {
             auth,
             connect_timeout,
             client: tokio::sync::Mutex::new(None),
+            reached: AtomicBool::new(false),
         })
     }
 
@@ -107,16 +111,45 @@ impl Conn {
             .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(classify(e, "connect")),
+            Ok(Err(e)) => {
+                self.probe().await;
+                return Err(classify(e, "connect"));
+            }
             Err(_) => {
+                self.probe().await;
                 return Err(StoreError::unavailable(format!(
                     "no session within {}",
                     humantime::format_duration(self.connect_timeout)
                 )));
             }
         };
+        self.reached.store(true, Ordering::Relaxed);
         *slot = Some(c.clone());
         Ok(c)
+    }
+
+    /// Whether a server has let this process connect (a session, or a TCP connection while
+    /// no session could be had).
+    pub fn reached(&self) -> bool {
+        self.reached.load(Ordering::Relaxed)
+    }
+
+    /// No session could be had: does any server accept a connection at all? During an
+    /// election (the leader lost) the servers accept and then close, as they serve no
+    /// sessions without a leader: the address is right, and the wait rides that out. Only
+    /// asked after a failed connect, so a working session costs nothing more.
+    async fn probe(&self) {
+        if self.reached() {
+            return;
+        }
+        let tries = self.hosts.split(',').map(|h| async move {
+            tokio::time::timeout(self.connect_timeout, tokio::net::TcpStream::connect(h))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        });
+        if futures_util::future::join_all(tries).await.contains(&true) {
+            self.reached.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Close the session (its ephemeral nodes go at once) and stop the thread. Blocks for at

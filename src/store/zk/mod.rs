@@ -435,6 +435,10 @@ impl Store for ZkStore {
         self.doctor(query).await
     }
 
+    fn reached(&self) -> bool {
+        self.inner.conn.reached()
+    }
+
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         let (inner, req) = (self.inner.clone(), req.clone());
         self.inner
