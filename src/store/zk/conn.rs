@@ -38,6 +38,10 @@ pub struct Conn {
     client: tokio::sync::Mutex<Option<Client>>,
     /// A server of the ensemble has let this process connect (`Store::reached`).
     reached: AtomicBool,
+    /// The longest session timeout a lease asked for so far: a session made again after the
+    /// last one expired (say by a renewal, which asks for none) must still carry every `run`
+    /// lease this process may take on it.
+    longest: std::sync::Mutex<Duration>,
 }
 
 impl Conn {
@@ -79,6 +83,7 @@ impl Conn {
             connect_timeout,
             client: tokio::sync::Mutex::new(None),
             reached: AtomicBool::new(false),
+            longest: std::sync::Mutex::new(Duration::ZERO),
         })
     }
 
@@ -92,8 +97,10 @@ impl Conn {
         Abort(self.handle.spawn(fut))
     }
 
-    /// The session, connected with `session_timeout` if there is none (or it has ended).
-    pub async fn client(&self, session_timeout: Duration) -> StoreResult<Client> {
+    /// The session, connected if there is none (or it has ended) with the session timeout
+    /// `want` (a lease's ttl), or when none is wanted the longest a lease wanted so far, or
+    /// `default`.
+    pub async fn client(&self, want: Option<Duration>, default: Duration) -> StoreResult<Client> {
         let mut slot = self.client.lock().await;
         if let Some(c) = slot.as_ref()
             && !c.state().is_terminated()
@@ -101,6 +108,17 @@ impl Conn {
             return Ok(c.clone());
         }
         *slot = None;
+        let session_timeout = {
+            let mut longest = self.longest.lock().unwrap_or_else(|p| p.into_inner());
+            match want {
+                Some(w) => {
+                    *longest = (*longest).max(w);
+                    *longest
+                }
+                None if longest.is_zero() => default,
+                None => *longest,
+            }
+        };
         let mut connector = Client::connector()
             .with_session_timeout(session_timeout)
             .with_fail_eagerly();

@@ -212,7 +212,7 @@ impl Inner {
         let most = Duration::from_millis(i32::MAX as u64);
         let c = self
             .conn
-            .client(req.map_or(DEFAULT_SESSION, |r| r.ttl.min(most)))
+            .client(req.map(|r| r.ttl.min(most)), DEFAULT_SESSION)
             .await?;
         if let Some(r) = req
             && !r.detached
