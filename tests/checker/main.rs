@@ -1257,7 +1257,8 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         (check(&r, &injected, &spans, run.cfg.ttl, beyond), stalls)
     };
     let early = server_life::early_unavailable(&run.tally.runs, &injected, &spans, &setup);
-    let life_txt = server_life::summary(early, &stalls);
+    let life_txt = server_life::summary(early.len(), &stalls);
+    summary.details.extend(early.iter().take(10).cloned());
     // A queue entry of a waiter that is gone expires after the waiter ttl (2 s on Redis, 5 s
     // on etcd); only what is still there after that is left behind for good.
     let mut left = setup.leftovers();
@@ -1360,7 +1361,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         && summary.left_behind == 0
         && summary.late_stops == 0
         && summary.minority_losses.unwrap_or(0) == 0
-        && early == 0
+        && early.is_empty()
         && !stalled;
     if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
         for d in &summary.details {

@@ -7,8 +7,8 @@
 //! - runs that exited 69 while they still had budget: a waiter that had reached its store must
 //!   ride the outage out (`early-69`, must be 0). A run that started while the store was down
 //!   (or going down) and never reached it fails fast, as the contract says, and is not counted;
-//! - the longest stall after each store fault: from the moment it began to the next entry
-//!   (`stall-ms=FAULT:MS,...`).
+//! - the longest stall of each store fault: the longest time nobody entered while it was under
+//!   way (`stall-ms=FAULT:MS,...`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -123,7 +123,7 @@ pub(crate) fn early_unavailable(
     faults: &[Injected],
     spans: &[(u64, u64)],
     setup: &Setup,
-) -> usize {
+) -> Vec<String> {
     let second = 1_000_000_000;
     let down: Vec<(u64, u64)> = faults
         .iter()
@@ -131,6 +131,22 @@ pub(crate) fn early_unavailable(
         .filter(|(f, _)| whole(setup) && outage(f))
         .map(|(_, &(b, e))| (b.saturating_sub(second), e))
         .collect();
+    // Said of each: the last fault that began before it, and when.
+    let last_fault = |t: u64| {
+        faults
+            .iter()
+            .zip(spans)
+            .filter(|(_, (b, _))| *b <= t)
+            .last()
+            .map_or("no fault yet".to_string(), |(f, (b, e))| {
+                format!(
+                    "{} ms after {} began (it lasted {} ms)",
+                    (t - b) / 1_000_000,
+                    f.fault.name(),
+                    (e - b) / 1_000_000
+                )
+            })
+    };
     runs.0
         .lock()
         .unwrap()
@@ -140,20 +156,32 @@ pub(crate) fn early_unavailable(
                 && end - start < BUDGET.as_nanos() as u64
                 && !down.iter().any(|&(b, e)| start >= b && start <= e)
         })
-        .count()
+        .map(|&(start, end, _)| {
+            format!(
+                "exit 69 with budget left: a run started {}, gave up after {} ms",
+                last_fault(start),
+                (end - start) / 1_000_000
+            )
+        })
+        .collect()
 }
 
-/// The longest stall after each kind of store fault: from its start to the next entry.
+/// The longest stall of each kind of store fault: the longest time nobody entered, among the
+/// gaps between two entries that overlap the fault (from its start to its end).
 pub(crate) fn stalls(
     secs: &[Section],
     faults: &[Injected],
     spans: &[(u64, u64)],
 ) -> BTreeMap<&'static str, u64> {
     let mut out = BTreeMap::new();
-    for (f, &(began, _)) in faults.iter().zip(spans).filter(|(f, _)| outage(f)) {
-        let next = secs.iter().map(|s| s.enter).filter(|&t| t > began).min();
-        if let Some(next) = next {
-            let ms = (next - began) / 1_000_000;
+    for (f, &(began, ended)) in faults.iter().zip(spans).filter(|(f, _)| outage(f)) {
+        let longest = secs
+            .windows(2)
+            .map(|w| (w[0].enter, w[1].enter))
+            .filter(|&(a, b)| b > began && a < ended)
+            .map(|(a, b)| (b - a) / 1_000_000)
+            .max();
+        if let Some(ms) = longest {
             let top = out.entry(f.fault.name()).or_insert(0);
             *top = (*top).max(ms);
         }
