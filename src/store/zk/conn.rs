@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -37,7 +37,7 @@ pub struct Conn {
     connect_timeout: Duration,
     client: tokio::sync::Mutex<Option<Client>>,
     /// A server of the ensemble has let this process connect (`Store::reached`).
-    reached: AtomicBool,
+    reached: Arc<AtomicBool>,
     /// The longest session timeout a lease asked for so far: a session made again after the
     /// last one expired (say by a renewal, which asks for none) must still carry every `run`
     /// lease this process may take on it.
@@ -82,7 +82,7 @@ impl Conn {
             auth,
             connect_timeout,
             client: tokio::sync::Mutex::new(None),
-            reached: AtomicBool::new(false),
+            reached: Arc::new(AtomicBool::new(false)),
             longest: std::sync::Mutex::new(Duration::ZERO),
         })
     }
@@ -119,6 +119,7 @@ impl Conn {
                 None => *longest,
             }
         };
+        self.probe();
         let mut connector = Client::connector()
             .with_session_timeout(session_timeout)
             .with_fail_eagerly();
@@ -129,12 +130,8 @@ impl Conn {
             .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                self.probe().await;
-                return Err(classify(e, "connect"));
-            }
+            Ok(Err(e)) => return Err(classify(e, "connect")),
             Err(_) => {
-                self.probe().await;
                 return Err(StoreError::unavailable(format!(
                     "no session within {}",
                     humantime::format_duration(self.connect_timeout)
@@ -152,22 +149,33 @@ impl Conn {
         self.reached.load(Ordering::Relaxed)
     }
 
-    /// No session could be had: does any server accept a connection at all? During an
-    /// election (the leader lost) the servers accept and then close, as they serve no
-    /// sessions without a leader: the address is right, and the wait rides that out. Only
-    /// asked after a failed connect, so a working session costs nothing more.
-    async fn probe(&self) {
+    /// Does any server accept a connection at all? During an election (the leader lost)
+    /// the servers accept and then close, as they serve no sessions without a leader: the
+    /// address is right, and a wait rides that out. Asked beside the session's connect,
+    /// until a server was reached, on the session's runtime, so that the engine's timeout
+    /// cutting the connect short does not cut the answer short too.
+    fn probe(&self) {
         if self.reached() {
             return;
         }
-        let tries = self.hosts.split(',').map(|h| async move {
-            tokio::time::timeout(self.connect_timeout, tokio::net::TcpStream::connect(h))
-                .await
-                .is_ok_and(|r| r.is_ok())
+        let (hosts, reached, limit) = (self.hosts.clone(), self.reached.clone(), self.connect_timeout);
+        self.handle.spawn(async move {
+            let tries = hosts.split(',').map(|h| async move {
+                tokio::time::timeout(limit, tokio::net::TcpStream::connect(h))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            });
+            if futures_util::future::join_all(tries).await.contains(&true) {
+                reached.store(true, Ordering::Relaxed);
+            }
         });
-        if futures_util::future::join_all(tries).await.contains(&true) {
-            self.reached.store(true, Ordering::Relaxed);
-        }
+    }
+
+    /// Give the session up: the server closes it once the last clone is dropped (the crate
+    /// then sends CloseSession, a request that needs no answer to act), and with it goes
+    /// every ephemeral node it holds. The next call opens a new session.
+    pub async fn abandon(&self) {
+        self.client.lock().await.take();
     }
 
     /// Close the session (its ephemeral nodes go at once) and stop the thread. Blocks for at
