@@ -136,8 +136,7 @@ pub(crate) fn early_unavailable(
         faults
             .iter()
             .zip(spans)
-            .filter(|(_, (b, _))| *b <= t)
-            .last()
+            .rfind(|(_, (b, _))| *b <= t)
             .map_or("no fault yet".to_string(), |(f, (b, e))| {
                 format!(
                     "{} ms after {} began (it lasted {} ms)",

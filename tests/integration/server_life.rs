@@ -66,7 +66,16 @@ fn a_holder_keeps_its_lease_through_restarts(env: &Env, restarts: Vec<Box<dyn Fn
     let o = finish(holder, Duration::from_secs(40));
     assert_code(&o, 0);
     assert_eq!(stdout(&o), "finished");
-    let next = env.run(&["run", "keep", "-w", "10s", "--", "sh", "-c", "echo $DLOCK_PREVIOUS"]);
+    let next = env.run(&[
+        "run",
+        "keep",
+        "-w",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_PREVIOUS",
+    ]);
     assert_code(&next, 0);
     assert_eq!(stdout(&next), "released");
 }
@@ -187,7 +196,10 @@ fn a_killed_etcd_waiter_is_gone_within_its_ttl() {
     signal(holder.id(), libc::SIGTERM);
     let _ = wait_child(&mut holder, Duration::from_secs(10));
     finish(dead, Duration::from_secs(1));
-    assert!(gone, "the killed waiter was still listed {took:?} after its kill");
+    assert!(
+        gone,
+        "the killed waiter was still listed {took:?} after its kill"
+    );
 }
 
 /// Six clients loop on `run -w 30s --ttl 3s` for a while; the leader is killed early on. No
@@ -227,7 +239,15 @@ fn leader_kill_under_load(env: &Env, kill_leader: impl FnOnce()) -> Duration {
     let codes = std::fs::read_to_string(&codes).unwrap();
     let unavailable = codes.lines().filter(|c| c.trim() == "69").count();
     let errors = std::fs::read_to_string(env.path("err")).unwrap_or_default();
-    assert_eq!(unavailable, 0, "runs exited 69:\n{errors}\n{log_text}", log_text = std::fs::read_to_string(&log).unwrap_or_default().lines().count());
+    assert_eq!(
+        unavailable,
+        0,
+        "runs exited 69:\n{errors}\n{log_text}",
+        log_text = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    );
     assert!(
         codes.lines().all(|c| c.trim() == "0"),
         "codes: {codes}\n{errors}"

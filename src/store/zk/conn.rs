@@ -12,8 +12,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -158,7 +158,11 @@ impl Conn {
         if self.reached() {
             return;
         }
-        let (hosts, reached, limit) = (self.hosts.clone(), self.reached.clone(), self.connect_timeout);
+        let (hosts, reached, limit) = (
+            self.hosts.clone(),
+            self.reached.clone(),
+            self.connect_timeout,
+        );
         self.handle.spawn(async move {
             let tries = hosts.split(',').map(|h| async move {
                 tokio::time::timeout(limit, tokio::net::TcpStream::connect(h))
