@@ -114,9 +114,11 @@ impl Reach {
     }
 }
 
-/// A length of an outage as a person reads it: "0.4s", "12s", "3m 5s".
+/// A length of an outage as a person reads it: "40ms", "4.2s", "12s", "3m 5s".
 pub fn show(d: Duration) -> String {
-    if d < Duration::from_secs(10) {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(10) {
         format!("{:.1}s", d.as_secs_f64())
     } else {
         humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
