@@ -284,6 +284,9 @@ impl Engine {
             let (mut granted, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
             for (i, r) in results {
+                if r.is_ok() {
+                    self.reach.served(i);
+                }
                 match r {
                     Ok(Attempt::Granted(g)) => granted.push((i, g)),
                     Ok(Attempt::Busy { retry_after: ra }) => {
@@ -427,7 +430,7 @@ impl Engine {
             || errors
                 .iter()
                 .any(|(_, e)| matches!(e.kind(), ErrorKind::Refused | ErrorKind::Invalid))
-            || self.reach.ever_answered() < self.majority()
+            || self.reach.ever_served() < self.majority()
         {
             return None;
         }
@@ -453,7 +456,10 @@ impl Engine {
                     let why = why.strip_prefix(": ").unwrap_or(why);
                     StoreError::new(
                         e.kind(),
-                        format!("{desc}: unreachable for {}: {why}", reach::show(since.elapsed())),
+                        format!(
+                            "{desc}: unreachable for {}: {why}",
+                            reach::show(since.elapsed())
+                        ),
                     )
                 }
                 _ => e,
@@ -497,6 +503,9 @@ impl Engine {
             let (mut free, mut held, mut errors) = (0, 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
             for (i, r) in results {
+                if r.is_ok() {
+                    self.reach.served(i);
+                }
                 match r {
                     Ok(st) if st.holders.is_empty() => free += 1,
                     Ok(st) => {
