@@ -90,11 +90,9 @@ impl Reach {
         }
     }
 
-    /// How many stores have served this process at least once.
-    pub(super) fn ever_served(&self) -> usize {
-        (0..self.stores.len())
-            .filter(|&i| self.with(i, |s| s.served))
-            .count()
+    /// Whether store `i` has served this process.
+    pub(super) fn has_served(&self, i: usize) -> bool {
+        self.with(i, |s| s.served)
     }
 
     /// Since when store `i` has been unreachable, if it is.

@@ -439,6 +439,11 @@ impl Store for RedisStore {
         &self.desc
     }
 
+    /// Opening connected to the server, or read a cluster's slot map from a node.
+    fn reached(&self) -> bool {
+        true
+    }
+
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.record_shard_list(tag, write).await
     }
