@@ -470,11 +470,14 @@ pub trait Store: Send + Sync {
     /// keys, never expires, and is never listed as a lock.
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 
-    /// Whether a server of this store has let this process connect, though it may not have
-    /// served a request yet: an etcd member or a ZooKeeper server that accepted the connection
-    /// during an election, a database whose session opened. Its address is right, so what
-    /// follows (an election, a restart under way) is the store's own life, which a wait rides
-    /// out as it would after an answer; a typo'd URL is never reached and still fails fast.
+    /// Whether this store's server already answered this process when it was opened (a
+    /// connection accepted, a cluster's slot map read, a database session opened), or has
+    /// let it connect since, though it may not have served a request yet (a ZooKeeper server
+    /// that accepts connections during an election). The engine then takes a later failure
+    /// for the store's own life (a restart, a failover, an election) and lets a wait ride it
+    /// out, where a store that never answered is more likely a wrong URL and fails at once.
+    /// A store that does not contact its server at open keeps `false` until it does: the
+    /// engine also counts it as known from its first answer to an attempt or a read.
     fn reached(&self) -> bool {
         false
     }
