@@ -292,3 +292,25 @@ fn zookeeper_leader_kill_under_six_looping_clients() {
     let stall = leader_kill_under_load(&env, || zk.kill(leader));
     assert!(stall < Duration::from_secs(20), "stalled {stall:?}");
 }
+
+/// A ZooKeeper waiter frozen (SIGSTOP) past its session timeout: its session expires with its
+/// queue entry. Woken again, it makes a new session, queues again at the back, and is served
+/// once the holder is done, within its budget.
+#[test]
+fn a_zookeeper_waiter_whose_session_expired_queues_again() {
+    let zk = ZkServer::start();
+    let env = Env::with_stores(vec![zk.url()]);
+    let holder = env.spawn_run(&["s", "--ttl", "20s"], "sleep 10; echo finished");
+    assert!(wait_for(Duration::from_secs(20), || held(&env, "s")));
+    let waiter = env.spawn_run(&["s", "--ttl", "2s", "-w", "60s"], "echo served");
+    assert!(wait_for(Duration::from_secs(20), || waiters(&env, "s") == 1));
+    signal(waiter.id(), libc::SIGSTOP);
+    // The session (2 s) expires, and with it the queue entry.
+    assert!(wait_for(Duration::from_secs(20), || waiters(&env, "s") == 0));
+    signal(waiter.id(), libc::SIGCONT);
+    let o = finish(holder, Duration::from_secs(40));
+    assert_code(&o, 0);
+    let o = finish(waiter, Duration::from_secs(60));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "served");
+}
