@@ -314,3 +314,29 @@ fn a_zookeeper_waiter_whose_session_expired_queues_again() {
     assert_code(&o, 0);
     assert_eq!(stdout(&o), "served");
 }
+
+/// An etcd server that comes back without its data has forgotten the holder's lease: the
+/// holder learns it at its first renewal after the restart and stops its command (exit 70),
+/// before its own deadline would have: its last renewal was at most a renewal period (ttl/3)
+/// before the restart, so its deadline less the kill grace (1 s) lies at least 2/3 of the ttl
+/// less a second after it, where the next renewal comes about a third of the ttl after it.
+#[test]
+fn an_etcd_server_back_without_the_lease_stops_the_holder_at_the_next_renewal() {
+    let mut etcd = EtcdServer::start();
+    let env = Env::with_stores(vec![etcd.url()]);
+    let ttl = Duration::from_secs(30);
+    let holder = env.spawn_run(&["gone", "--ttl", "30s", "--kill-grace", "1s"], "sleep 120");
+    assert!(wait_for(Duration::from_secs(20), || held(&env, "gone")));
+    etcd.restart_empty(0);
+    etcd.wait_healthy();
+    let t0 = Instant::now();
+    let o = finish(holder, Duration::from_secs(60));
+    assert_code(&o, 70);
+    // Stopped by the store's answer (within a renewal period), not by the old deadline.
+    assert!(
+        t0.elapsed() < ttl * 2 / 3 - Duration::from_secs(1),
+        "stopped {:?} after the restart: {}",
+        t0.elapsed(),
+        stderr(&o)
+    );
+}
