@@ -1227,7 +1227,8 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             Fault::LostGrant => run.lost_grant_fault(n, &setup),
             Fault::Delay => run.delay_fault(n, &setup),
             Fault::WaiterKill => run.waiter_kill_fault(n),
-            Fault::MemberRestart | Fault::FastRestart | Fault::SqlDown => {
+            Fault::SqlDown => run.sql_down_fault(&mut setup, n),
+            Fault::MemberRestart | Fault::FastRestart => {
                 server_life::store_life(fault, &mut setup, n)
             }
             f if f.is_partition() => run.partition_fault(fault, n, &setup),

@@ -11,11 +11,13 @@
 //!   way (`stall-ms=FAULT:MS,...`).
 
 use std::collections::BTreeMap;
+use std::process::Child;
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::{Fault, Injected, Section, Setup, Stores};
+use crate::{Fault, Injected, Run, Section, Setup, Stores, mono_ns};
 
 /// How long the SQL store stays down with waiters queued.
 const SQL_DOWN: Duration = Duration::from_secs(7);
@@ -23,13 +25,81 @@ const SQL_DOWN: Duration = Duration::from_secs(7);
 /// The wait budget every client's `dlock run` has (`Run::dlock_run_ttl`).
 const BUDGET: Duration = Duration::from_secs(60);
 
-/// Every run of a looping client: when it started and ended (kernel monotonic ns), its code.
+/// Every run of a looping client: when it started and ended (kernel monotonic ns), its code;
+/// and the waiters the sql-down fault saw queued before the outage, which had reached the
+/// store whenever they started.
 #[derive(Default)]
-pub(crate) struct Runs(Mutex<Vec<(u64, u64, i32)>>);
+pub(crate) struct Runs(Mutex<Vec<(u64, u64, i32)>>, Mutex<Vec<(u64, u64, i32)>>);
 
 impl Runs {
     pub(crate) fn add(&self, start: u64, end: u64, code: i32) {
         self.0.lock().unwrap().push((start, end, code));
+    }
+
+    fn add_queued(&self, start: u64, end: u64, code: i32) {
+        self.1.lock().unwrap().push((start, end, code));
+    }
+}
+
+/// How many waiters the sql-down fault queues behind a blocker before the outage.
+const QUEUED: usize = 3;
+
+impl Run {
+    /// A blocker holds (for longer than the ttl: its lease is lost in the outage, exit 70)
+    /// while the other clients hold off; `QUEUED` waiters queue behind it (until `inspect`
+    /// lists them all, or a ttl); the server goes down for `SQL_DOWN` and comes back. Each
+    /// waiter must be served (exit 0) within its budget.
+    pub(crate) fn sql_down_fault(&self, setup: &mut Setup, n: usize) -> Injected {
+        let ttl = self.cfg.ttl;
+        self.hold_off.store(true, Ordering::SeqCst);
+        let blocker = format!("b{n}");
+        let mut block = self.dlock_run(&blocker, ttl * 4).spawn().expect("spawn");
+        let blocking = self
+            .wait_entered(&blocker, &mut block, Duration::from_secs(60))
+            .is_some();
+        let mut queued: Vec<(Child, u64)> = (0..QUEUED)
+            .map(|i| {
+                let began = mono_ns();
+                (
+                    self.dlock_run(&format!("q{n}-{i}"), self.cfg.hold)
+                        .spawn()
+                        .expect("spawn"),
+                    began,
+                )
+            })
+            .collect();
+        let pids: Vec<u32> = queued.iter().map(|(c, _)| c.id()).collect();
+        let start = Instant::now();
+        let mut listed = 0;
+        while blocking && start.elapsed() < ttl && listed < QUEUED {
+            listed = self.waiting(&pids);
+        }
+        let mut injected = store_life(Fault::SqlDown, setup, n);
+        self.hold_off.store(false, Ordering::SeqCst);
+        let mut codes = Vec::new();
+        for (c, began) in &mut queued {
+            let code = self.finish(c, BUDGET + Duration::from_secs(10));
+            self.tally.runs.add_queued(*began, mono_ns(), code);
+            codes.push(code);
+        }
+        self.finish(&mut block, ttl * 4 + Duration::from_secs(10));
+        injected.outcome = format!(
+            "{}, {listed} of {QUEUED} waiters listed before it, their exits {codes:?}",
+            injected.outcome
+        );
+        injected
+    }
+
+    /// How many of these `dlock` pids `inspect` lists among the waiters (a failed `inspect`
+    /// lists none).
+    fn waiting(&self, pids: &[u32]) -> usize {
+        let o = self.env.run(&["--json", "inspect", crate::NAME]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["waiters"].as_array().map_or(0, |w| {
+            w.iter()
+                .filter(|w| pids.iter().any(|p| w["meta"]["pid"] == *p))
+                .count()
+        })
     }
 }
 
@@ -146,23 +216,34 @@ pub(crate) fn early_unavailable(
                 )
             })
     };
-    runs.0
+    let early = |&&(start, end, code): &&(u64, u64, i32)| {
+        code == 69 && end - start < BUDGET.as_nanos() as u64
+    };
+    let say = |what: &str, &(start, end, _): &(u64, u64, i32)| {
+        format!(
+            "exit 69 with budget left: {what} started {}, gave up after {} ms",
+            last_fault(start),
+            (end - start) / 1_000_000
+        )
+    };
+    let mut out: Vec<String> = runs
+        .0
         .lock()
         .unwrap()
         .iter()
-        .filter(|&&(start, end, code)| {
-            code == 69
-                && end - start < BUDGET.as_nanos() as u64
-                && !down.iter().any(|&(b, e)| start >= b && start <= e)
-        })
-        .map(|&(start, end, _)| {
-            format!(
-                "exit 69 with budget left: a run started {}, gave up after {} ms",
-                last_fault(start),
-                (end - start) / 1_000_000
-            )
-        })
-        .collect()
+        .filter(early)
+        .filter(|&&(start, _, _)| !down.iter().any(|&(b, e)| start >= b && start <= e))
+        .map(|r| say("a run", r))
+        .collect();
+    out.extend(
+        runs.1
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(early)
+            .map(|r| say("a waiter queued before sql-down", r)),
+    );
+    out
 }
 
 /// The longest stall of each kind of store fault: the longest time nobody entered, among the
