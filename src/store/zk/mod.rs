@@ -502,11 +502,18 @@ impl Store for ZkStore {
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
-        let (inner, names, token) = (self.inner.clone(), names.to_vec(), token.to_string());
-        self.inner
+        let (inner, names, owner) = (self.inner.clone(), names.to_vec(), token.to_string());
+        let renewed = self
+            .inner
             .conn
-            .spawn(async move { inner.renew(&names, &token, ttl).await })
-            .await
+            .spawn(async move { inner.renew(&names, &owner, ttl).await })
+            .await;
+        if let Ok(true) = renewed {
+            // The grant was applied after all, and its lease is in use (a quorum's other
+            // stores granted it): from here it ends as any lease does, by the usual release.
+            self.inner.mark_unheard(token, false);
+        }
+        renewed
     }
 
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
