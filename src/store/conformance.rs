@@ -36,6 +36,11 @@ pub struct Caps {
     /// LISTEN stays with the server connection it ran on: there a waiter finds the lock free
     /// by looking again after `MAX_POLL`, as the engine's waiters always do.
     pub notified: bool,
+    /// A waiter whose client is gone without a release (a killed process) leaves the
+    /// waiters `inspect` lists within its ttl and a second: its entry lives on a lease,
+    /// a session or a row of that life. Not the in-memory store, whose waiters live as long
+    /// as the store itself.
+    pub dead_waiters_leave: bool,
 }
 
 impl Default for Caps {
@@ -46,6 +51,7 @@ impl Default for Caps {
             session_leases: false,
             short_ttl: Duration::from_secs(2),
             notified: true,
+            dead_waiters_leave: true,
         }
     }
 }
@@ -567,6 +573,44 @@ pub async fn release_removes_a_queued_entry(subject: &Subject) {
         "the withdrawn waiter got the lock or stayed queued: {st:?}"
     );
     grant(&*s, &exclusive("q")).await;
+}
+
+/// A waiter whose client is gone while it is queued, without a release (its process was
+/// killed), is gone from the waiters `inspect` lists within its ttl and a second (etcd once
+/// kept it for a fixed 5 s whatever the ttl).
+pub async fn a_dead_waiter_leaves_within_its_ttl(subject: &Subject) {
+    if !subject.caps.shows_waiters || !subject.caps.dead_waiters_leave {
+        return;
+    }
+    let ns = namespace("deadwaiter");
+    let s = subject.client(&ns).await;
+    let holder = exclusive("d");
+    grant(&*s, &holder).await;
+    let ttl = subject.caps.short_ttl;
+    let waiter = mixed(&[("d", Mode::Exclusive)], ttl, false);
+    {
+        let t = subject.client(&ns).await;
+        let _listener = within(t.listen(&waiter)).await.expect("listen");
+        assert!(
+            attempt(&*t, &waiter, true).await.is_none(),
+            "granted past a holder"
+        );
+        assert_eq!(inspect(&*s, "d").await.waiters.len(), 1, "not queued");
+    }
+    let gone = Instant::now();
+    loop {
+        let st = inspect(&*s, "d").await;
+        if st.waiters.is_empty() {
+            break;
+        }
+        assert!(
+            gone.elapsed() < ttl + Duration::from_secs(1),
+            "a dead waiter with a {ttl:?} ttl still listed after {:?}: {st:?}",
+            gone.elapsed()
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    release(&*s, &holder).await;
 }
 
 /// A release after a grant attempt that was cut off unheard (the engine's timeout dropped it:

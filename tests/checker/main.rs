@@ -18,6 +18,7 @@ mod contention;
 mod holder_tree;
 mod lost_grant;
 mod partition;
+mod server_life;
 mod sharded;
 mod waiters;
 
@@ -260,6 +261,14 @@ enum Fault {
     /// A holder whose process clock runs at another rate (libfaketime), cut from its stores
     /// where it has a proxy to be cut by.
     ClockRate,
+    /// Restart one member of an etcd cluster or ZooKeeper ensemble (not the leader) on its
+    /// data, at once (server_life.rs).
+    MemberRestart,
+    /// Stop a database server cleanly (PostgreSQL's fast shutdown, MariaDB's SIGTERM) and
+    /// start it again at once.
+    FastRestart,
+    /// Keep a database server down for 7 s while the clients wait for the lock.
+    SqlDown,
 }
 
 impl Fault {
@@ -283,6 +292,9 @@ impl Fault {
             Fault::WaiterKill => "waiter-kill",
             Fault::MasterPause => "master-pause",
             Fault::ClockRate => "clock-rate",
+            Fault::MemberRestart => "member-restart",
+            Fault::FastRestart => "fast-restart",
+            Fault::SqlDown => "sql-down",
         }
     }
 
@@ -409,6 +421,7 @@ impl Setup {
                     ClockJump,
                     StoreStop,
                     NodeKill,
+                    MemberRestart,
                     PartitionBlackhole,
                     PartitionDropReplies,
                     PartitionMember,
@@ -427,6 +440,7 @@ impl Setup {
                     ClockJump,
                     StoreStop,
                     NodeKill,
+                    MemberRestart,
                     PartitionBlackhole,
                     PartitionDropReplies,
                     PartitionMember,
@@ -445,6 +459,8 @@ impl Setup {
                     ClockJump,
                     StoreStop,
                     ServerRestart,
+                    FastRestart,
+                    SqlDown,
                     PartitionBlackhole,
                     PartitionDropReplies,
                     LostGrant,
@@ -462,6 +478,8 @@ impl Setup {
                     ClockJump,
                     StoreStop,
                     ServerRestart,
+                    FastRestart,
+                    SqlDown,
                     PartitionBlackhole,
                     PartitionDropReplies,
                     LostGrant,
@@ -639,6 +657,8 @@ struct Injected {
 #[derive(Default)]
 struct Tally {
     exits: Mutex<BTreeMap<i32, usize>>,
+    /// Every run of the looping clients, for the runs that exited 69 early.
+    runs: server_life::Runs,
     /// A sample of what dlock said when it ended with something other than 0.
     said: Mutex<BTreeMap<i32, String>>,
 }
@@ -771,8 +791,11 @@ impl Run {
                 continue;
             }
             let mut c = self.dlock_run(&name, self.cfg.hold);
+            let start = mono_ns();
             let mut child = c.spawn().expect("spawn dlock");
-            self.finish(&mut child, Duration::from_secs(120));
+            let code = self.finish(&mut child, Duration::from_secs(120));
+            self.tally.runs.add(start, mono_ns(), code);
+            server_life::pause_after(code);
         }
     }
 
@@ -1203,6 +1226,10 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             Fault::LostGrant => run.lost_grant_fault(n, &setup),
             Fault::Delay => run.delay_fault(n, &setup),
             Fault::WaiterKill => run.waiter_kill_fault(n),
+            Fault::SqlDown => run.sql_down_fault(&mut setup, n),
+            Fault::MemberRestart | Fault::FastRestart => {
+                server_life::store_life(fault, &mut setup, n)
+            }
             f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };
@@ -1220,12 +1247,18 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     watcher.join().unwrap();
     let elapsed = started.elapsed();
 
-    let mut summary = {
+    let (mut summary, stalls) = {
         let mut r = run.record.lock().unwrap();
         r.pull(&run.log);
         r.reap();
-        check(&r, &injected, &spans, run.cfg.ttl, beyond)
+        let mut secs = r.sections.clone();
+        secs.sort_by_key(|s| s.enter);
+        let stalls = server_life::stalls(&secs, &injected, &spans);
+        (check(&r, &injected, &spans, run.cfg.ttl, beyond), stalls)
     };
+    let early = server_life::early_unavailable(&run.tally.runs, &injected, &spans, &setup);
+    let life_txt = server_life::summary(early.len(), &stalls);
+    summary.details.extend(early.iter().take(10).cloned());
     // A queue entry of a waiter that is gone expires after the waiter ttl (2 s on Redis, 5 s
     // on etcd); only what is still there after that is left behind for good.
     let mut left = setup.leftovers();
@@ -1300,7 +1333,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     }
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
-         fence-regressions={} stuck={} left-behind={}{beyond_txt}{cuts_txt} max-free-ms={} \
+         fence-regressions={} stuck={} left-behind={}{beyond_txt}{cuts_txt}{life_txt} max-free-ms={} \
          median-handoff-ms={:.2} exits={} time={:.0}s{}",
         summary.sections,
         run.cfg.clients,
@@ -1331,6 +1364,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         && summary.left_behind == 0
         && summary.late_stops == 0
         && summary.minority_losses.unwrap_or(0) == 0
+        && early.is_empty()
         && !stalled;
     if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
         for d in &summary.details {

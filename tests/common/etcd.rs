@@ -266,6 +266,15 @@ impl EtcdServer {
         }
     }
 
+    /// Kill a node and start it again on its ports with its data gone (a single node comes
+    /// back as a new, empty cluster).
+    pub fn restart_empty(&mut self, i: usize) {
+        self.kill(i);
+        let data = self.dir.path().join(&self.nodes[i].name);
+        let _ = std::fs::remove_dir_all(data);
+        self.spawn(i);
+    }
+
     /// Start a killed node again on its ports and data.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);

@@ -71,7 +71,8 @@ impl MariaDb {
         s
     }
 
-    fn boot(&mut self) {
+    /// Start the server again on its port and data (after `stop` or `shutdown`).
+    pub fn boot(&mut self) {
         let bin = require("mariadbd", "mariadb-server");
         let d = self.dir.path();
         let child = Command::new(bin)
@@ -146,6 +147,15 @@ impl MariaDb {
     pub fn restart(&mut self) {
         self.stop();
         self.boot();
+    }
+
+    /// Stop the server cleanly (SIGTERM, as `systemctl stop` does): it tells its clients and
+    /// flushes before it exits.
+    pub fn shutdown(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            super::signal(c.id(), libc::SIGTERM);
+            let _ = c.wait();
+        }
     }
 
     pub fn stop(&mut self) {

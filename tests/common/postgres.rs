@@ -121,7 +121,8 @@ impl PgServer {
         s
     }
 
-    fn boot(&self) {
+    /// Start the server again on its port and data (after `stop` or `shutdown`).
+    pub fn boot(&self) {
         let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
             self.port,
@@ -245,13 +246,19 @@ impl PgServer {
     }
 
     pub fn stop(&self) {
+        self.shutdown("immediate");
+    }
+
+    /// Stop the server the way an operator does: `fast` (clients are told, then cut off) or
+    /// `immediate` (a crash; recovery replays the log at the next start).
+    pub fn shutdown(&self, mode: &str) {
         let _ = Command::new("runuser")
             .args(["-u", "postgres", "--", &bin("pg_ctl")])
             .args([
                 "-D",
                 self.data().to_str().unwrap(),
                 "-m",
-                "immediate",
+                mode,
                 "-w",
                 "stop",
             ])

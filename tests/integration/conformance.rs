@@ -44,6 +44,7 @@ fn memory() -> Subject {
         }),
         caps: Caps {
             shows_waiters: true,
+            dead_waiters_leave: false,
             ..Caps::default()
         },
     }
@@ -61,6 +62,7 @@ const REDIS: Caps = Caps {
     session_leases: false,
     short_ttl: Duration::from_secs(2),
     notified: true,
+    dead_waiters_leave: true,
 };
 
 fn redis() -> Subject {
@@ -80,6 +82,7 @@ const ETCD: Caps = Caps {
     session_leases: false,
     short_ttl: Duration::from_secs(2),
     notified: true,
+    dead_waiters_leave: true,
 };
 
 fn etcd1() -> Subject {
@@ -99,6 +102,7 @@ const ZK: Caps = Caps {
     session_leases: true,
     short_ttl: Duration::from_secs(2),
     notified: true,
+    dead_waiters_leave: true,
 };
 
 fn zk1() -> Subject {
@@ -122,6 +126,7 @@ const SQL: Caps = Caps {
     session_leases: false,
     short_ttl: Duration::from_secs(2),
     notified: true,
+    dead_waiters_leave: true,
 };
 
 fn postgres() -> Subject {
@@ -177,6 +182,7 @@ macro_rules! conformance {
                 shared_mode,
                 limit_mode,
                 release_removes_a_queued_entry,
+                a_dead_waiter_leaves_within_its_ttl,
                 a_release_after_a_cut_off_attempt_takes_only_its_own,
                 listener_wakes_on_release,
                 queued_writer_and_later_reader,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::conn::Resend;
 use super::layout::{Entry, Record, encode, granted_record, lease_secs};
-use super::lease::{Free, Keyless, WAIT_TTL};
+use super::lease::{Free, Keyless, wait_secs};
 use super::view::{Queue, Seen};
 use super::{Block, Held, Inner, Snapshot};
 use crate::store::{Acquire, Attempt, ErrorKind, Granted, Mode, Previous, StoreResult};
@@ -342,8 +342,11 @@ impl Inner {
         req: &Acquire,
         snap: Option<&Snapshot>,
     ) -> StoreResult<Option<Snapshot>> {
-        let (lease, ()) = tokio::join!(self.waiting_lease(&req.token), self.grant_spare(req));
-        let lease = lease?;
+        let (lease, ()) = tokio::join!(
+            self.waiting_lease(&req.token, wait_secs(req.ttl)),
+            self.grant_spare(req)
+        );
+        let (lease, lease_ttl) = lease?;
         let spare = self.token(&req.token, |t| t.spare);
         let mut cmps = Vec::new();
         let mut ops = Vec::new();
@@ -355,7 +358,7 @@ impl Inner {
             cmps.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
             let entry = Entry {
                 mode: mode.code(),
-                lease_ttl: WAIT_TTL,
+                lease_ttl,
                 names: req.names.clone(),
                 meta: req.meta.clone(),
                 spare: spare.map_or(0, |l| l.id),

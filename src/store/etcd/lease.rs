@@ -24,9 +24,22 @@ use crate::store::{Acquire, StoreResult};
 
 /// A waiter's queue entries live on a short lease of their own, kept alive by its attempts
 /// (at least every `MAX_POLL`), so a waiter killed with SIGKILL leaves the queue in seconds
-/// (unless a release hands it the lock first: then its spare runs out within a ttl).
-pub(super) const WAIT_TTL: i64 = 5;
-pub(super) const WAIT_RENEW: Duration = Duration::from_secs(1);
+/// (unless a release hands it the lock first: then its spare runs out within a ttl). The
+/// lease is the run's ttl in whole seconds, at most `WAIT_TTL` and at least what etcd allows
+/// (its least lease ttl), so a killed waiter is gone from `inspect` within about a ttl.
+const WAIT_TTL: i64 = 5;
+/// A waiting lease is renewed when this much of it has passed: a third of its ttl, at most a
+/// second.
+fn wait_renew(ttl_secs: i64) -> Duration {
+    (Duration::from_secs(ttl_secs.max(1) as u64) / 3).min(Duration::from_secs(1))
+}
+
+/// The waiting lease's ttl asked for a lease of `ttl`: whole seconds rounded down (so the
+/// entries never outlive a ttl by more than etcd's expiry check), at least 1, at most
+/// `WAIT_TTL`.
+pub(super) fn wait_secs(ttl: Duration) -> i64 {
+    (ttl.as_secs() as i64).clamp(1, WAIT_TTL)
+}
 
 /// More than this many idle leases are revoked rather than kept.
 const KEEP: usize = 16;
@@ -200,22 +213,24 @@ impl Inner {
         });
     }
 
-    /// The lease `token` queues under, granted once and renewed by its attempts.
-    pub(super) async fn waiting_lease(&self, token: &str) -> StoreResult<i64> {
-        let cached = self.token(token, |t| t.waiting.as_ref().map(|w| w.lease));
-        if let Some(id) = cached {
-            return Ok(id);
+    /// The lease `token` queues under (`secs` long, see `wait_secs`) with its ttl, granted
+    /// once and renewed by its attempts.
+    pub(super) async fn waiting_lease(&self, token: &str, secs: i64) -> StoreResult<(i64, i64)> {
+        let cached = self.token(token, |t| t.waiting.as_ref().map(|w| (w.lease, w.ttl)));
+        if let Some(l) = cached {
+            return Ok(l);
         }
         // Only a lease with most of its ttl left will do: `keep_waiting` renews it on time
         // reckoned from `renewed`, and a lapse would cost the waiter its place in the queue.
-        let l = self.lease_for(WAIT_TTL, Some(WAIT_RENEW)).await?;
+        let secs = secs.max(self.min_ttl.load(Ordering::Relaxed));
+        let l = self.lease_for(secs, Some(wait_renew(secs))).await?;
         let waiting = Waiting {
             lease: l.id,
             ttl: l.ttl,
             renewed: l.renewed.unwrap_or_else(Instant::now),
         };
         self.token(token, |t| t.waiting = Some(waiting));
-        Ok(l.id)
+        Ok((l.id, l.ttl))
     }
 
     /// Renew `token`'s waiting lease `lease` when due. `Ok(false)`: it is gone (and with it
@@ -224,7 +239,7 @@ impl Inner {
         let due = self.token(token, |t| {
             t.waiting
                 .as_ref()
-                .is_none_or(|w| w.lease != lease || w.renewed.elapsed() >= WAIT_RENEW)
+                .is_none_or(|w| w.lease != lease || w.renewed.elapsed() >= wait_renew(w.ttl))
         });
         if !due {
             return Ok(true);
@@ -236,7 +251,8 @@ impl Inner {
                 t.waiting = None;
                 return;
             }
-            let ttl = t.waiting.as_ref().map_or(WAIT_TTL, |w| w.ttl);
+            // A lease of unknown ttl is renewed as often as the shortest would be.
+            let ttl = t.waiting.as_ref().map_or(1, |w| w.ttl);
             t.waiting = Some(Waiting {
                 lease,
                 ttl,

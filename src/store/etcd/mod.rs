@@ -297,6 +297,12 @@ impl Store for EtcdStore {
         self.doctor(query).await
     }
 
+    /// `connect` fails unless a member accepted the connection: a store that opened was
+    /// reached, even if no leader has served it yet (an election).
+    fn reached(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> &str {
         &self.inner.desc
     }

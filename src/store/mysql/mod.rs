@@ -28,7 +28,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row, SslOpts, Value};
 
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
-use super::sql::{Backend, Decide, SqlStore, UrlOptions};
+use super::sql::{Backend, Decide, SqlStore, UrlOptions, redial};
 use super::url::ServerUrl;
 use super::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 use bell::Bells;
@@ -54,6 +54,8 @@ pub struct Mysql {
     user: String,
     db: String,
     bells: Arc<Bells>,
+    /// How long a broken connection is dialled again within one call (`sql::redial`).
+    timeout: Duration,
 }
 
 impl Mysql {
@@ -105,6 +107,7 @@ impl Mysql {
             user,
             db,
             bells: Arc::new(Bells::default()),
+            timeout,
         }))
     }
 
@@ -212,10 +215,18 @@ impl Mysql {
     async fn session(&self) -> StoreResult<tokio::sync::MutexGuard<'_, Conn>> {
         let mut c = self.conn.lock().await;
         if self.stale.load(Ordering::SeqCst) || c.is_disconnected() {
-            *c = Conn::new(self.opts.clone()).await.map_err(classify)?;
+            *c = self.dial().await?;
             self.stale.store(false, Ordering::SeqCst);
         }
         Ok(c)
+    }
+
+    /// A new connection, dialled again while the server is coming back (a restart).
+    async fn dial(&self) -> StoreResult<Conn> {
+        redial(self.timeout, || async {
+            Conn::new(self.opts.clone()).await.map_err(classify)
+        })
+        .await
     }
 
     async fn setup(&self, c: &mut Conn) -> StoreResult<()> {
@@ -322,7 +333,7 @@ impl Backend for Mysql {
                 // The server went away (a restart, a dropped connection): a new session. A
                 // transaction cut off before its answer is tried again; every operation is
                 // safe to repeat (a repeated grant finds its own row and reports busy).
-                *c = Conn::new(self.opts.clone()).await.map_err(classify)?;
+                *c = self.dial().await?;
                 continue;
             }
             let _ = c.query_drop("ROLLBACK").await;

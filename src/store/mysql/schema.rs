@@ -279,6 +279,10 @@ pub fn classify(e: Error) -> StoreError {
                 "{}; create it or name an existing database in the URL",
                 s.message
             )),
+            // A restart in progress: the server is coming back, as after a dropped socket.
+            ER_SERVER_SHUTDOWN | ER_CONNECTION_KILLED => {
+                StoreError::unavailable(format!("the server is not serving: {}", s.message))
+            }
             _ => StoreError::protocol(format!("unexpected answer: {}", s.message)),
         },
         Error::Io(_) => StoreError::unavailable(format!("cannot reach the server: {e}")),

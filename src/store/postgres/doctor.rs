@@ -7,7 +7,7 @@ use crate::store::{Health, HealthQuery, StoreResult, clock_finding, sql, wall_ms
 
 impl Postgres {
     pub(super) async fn doctor(&self, q: HealthQuery) -> StoreResult<Health> {
-        let c = self.client.lock().await;
+        let c = self.session().await?;
         let before = wall_ms();
         let row = c
             .query_typed(

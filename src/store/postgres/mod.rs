@@ -28,9 +28,9 @@ use tokio_postgres::types::{FromSql, ToSql, Type, accepts};
 use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
-use super::sql::{Backend, Decide, SqlStore, UrlOptions};
+use super::sql::{Backend, Decide, SqlStore, UrlOptions, redial};
 use super::url::ServerUrl;
-use super::{Health, HealthQuery, Listener, StoreResult, TagWrite};
+use super::{ErrorKind, Health, HealthQuery, Listener, StoreResult, TagWrite};
 use schema::{Sql, classify};
 use wake::Wakeups;
 
@@ -47,6 +47,8 @@ pub struct Postgres {
     desc: String,
     user: String,
     wakeups: Arc<Wakeups>,
+    /// How long a broken connection is dialled again within one call (`sql::redial`).
+    timeout: Duration,
 }
 
 type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -88,6 +90,7 @@ impl Postgres {
             desc: url.to_string(),
             user,
             wakeups,
+            timeout,
         }))
     }
 
@@ -219,6 +222,24 @@ impl Postgres {
             "COMMIT"
         })));
         join_all(calls).await.into_iter().collect()
+    }
+
+    /// The connection, dialled again first if the server dropped it.
+    async fn session(&self) -> StoreResult<tokio::sync::MutexGuard<'_, Client>> {
+        let mut c = self.client.lock().await;
+        if c.is_closed() {
+            *c = self.reopen().await?;
+        }
+        Ok(c)
+    }
+
+    /// A new session after the server dropped the old one, dialled again while the server is
+    /// coming back; it LISTENs again for this process's waiters (see `open`).
+    async fn reopen(&self) -> StoreResult<Client> {
+        redial(self.timeout, || {
+            open(&self.config, self.tls.as_ref(), &self.wakeups)
+        })
+        .await
     }
 
     async fn setup(&self, c: &Client) -> StoreResult<()> {
@@ -356,7 +377,7 @@ impl Backend for Postgres {
                 // The server went away (a restart, a dropped connection): a new session. A
                 // transaction cut off before its answer is tried again; every operation is
                 // safe to repeat (a repeated grant finds its own row and reports busy).
-                *c = open(&self.config, self.tls.as_ref(), &self.wakeups).await?;
+                *c = self.reopen().await?;
             }
             let r = self
                 .attempt(&c, names, create, create_first, &mut *decide)
@@ -410,7 +431,13 @@ impl Backend for Postgres {
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         let channel = schema::channel(token);
         let listener = self.wakeups.register(&channel);
-        listen_on(&*self.client.lock().await, &channel).await?;
+        match listen_on(&*self.session().await?, &channel).await {
+            // The connection broke under the LISTEN: the next session LISTENs on every
+            // registered channel (`open`), and until then the waiter looks again every
+            // `MAX_POLL`.
+            Err(e) if e.kind() != ErrorKind::Unavailable => return Err(e),
+            _ => {}
+        }
         Ok(Box::new(listener))
     }
 
@@ -419,7 +446,7 @@ impl Backend for Postgres {
     }
 
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
-        let c = self.client.lock().await;
+        let c = self.session().await?;
         let ns = &self.namespace;
         let prefix = prefix.to_string();
         let rows = match c

@@ -4,7 +4,7 @@
 
 use tokio_postgres::types::Type;
 
-use super::{Postgres, open, schema};
+use super::{Postgres, schema};
 use crate::store::{StoreError, StoreResult, TagWrite};
 
 impl Postgres {
@@ -26,10 +26,7 @@ impl Postgres {
         // A statement of its own after the insert: whichever writer won has committed by
         // the time ON CONFLICT let ours through, and a new statement's snapshot sees it.
         let read = format!("SELECT tag FROM {s}.shard_lists WHERE ns = $1");
-        let mut c = self.client.lock().await;
-        if c.is_closed() {
-            *c = open(&self.config, self.tls.as_ref(), &self.wakeups).await?;
-        }
+        let c = self.session().await?;
         let ns = &self.namespace;
         let tag = tag.to_string();
         let params = [(ns as _, Type::TEXT), (&tag as _, Type::TEXT)];

@@ -14,9 +14,11 @@
 //! counts as failed). It cannot help against a replica promoted while lagging behind a write
 //! it never confirmed, nor against clock differences between the old and the new master.
 
+mod cluster;
 mod conn;
 mod connect;
 mod doctor;
+mod redial;
 mod shards;
 
 use std::sync::atomic::AtomicBool;
@@ -27,7 +29,8 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
-use connect::{certificates, client, connection_info, nat_map};
+use connect::{client, connection_info, nat_map};
+use redial::{Redial, Retry};
 
 use super::url::ServerUrl;
 use super::{
@@ -99,6 +102,12 @@ pub fn classify(e: RedisError) -> StoreError {
         || e.is_connection_dropped()
     {
         StoreError::unavailable(format!("cannot reach the server: {e}"))
+    } else if matches!(
+        e.code(),
+        Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MOVED" | "ASK")
+    ) {
+        // The server's own life: loading its data after a restart, a cluster mid-failover.
+        StoreError::unavailable(format!("the server is not ready: {e}"))
     } else {
         StoreError::protocol(format!("unexpected answer: {e}"))
     };
@@ -158,32 +167,34 @@ impl RedisStore {
             .iter()
             .map(|info| client(tls.as_ref(), info.clone()))
             .collect::<StoreResult<Vec<_>>>()?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
         let conn = if cluster {
-            let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2);
-            if let Some(m) = nat_map {
-                b = b.node_address_map(m);
-            }
-            if let Some(u) = &url.user {
-                b = b.username(u);
-            }
-            if let Some(p) = &url.password {
-                b = b.password(p);
-            }
-            if let Some(files) = &tls {
-                b = b.tls(redis::TlsMode::Secure).certs(certificates(files));
-            }
-            let client = b.build().map_err(classify)?;
-            Conn::Cluster(client.get_async_connection().await.map_err(classify)?)
+            let seeds = url
+                .hosts
+                .iter()
+                .map(|h| redis::cluster::NodeAddress::new(h.host.clone(), h.port))
+                .collect();
+            let template = url.clone();
+            let dial: cluster::Dialer = Box::new(move |a| {
+                let host = crate::store::url::HostPort {
+                    host: a.host().to_string(),
+                    port: a.port(),
+                };
+                connection_info(&template, &host, true)
+                    .and_then(|info| client(tls.as_ref(), info))
+                    .map_err(|e| RedisError::from(std::io::Error::other(format!("{a}: {e}"))))
+            });
+            let map = nat_map.unwrap_or_default();
+            Conn::Cluster(
+                cluster::Cluster::open(seeds, dial, config, map, timeout)
+                    .await
+                    .map_err(classify)?,
+            )
         } else {
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(None);
             Conn::Single(
-                subscribe_via[0]
-                    .get_multiplexed_async_connection_with_config(&config)
+                Redial::open(subscribe_via[0].clone(), config)
                     .await
                     .map_err(classify)?,
             )
@@ -256,7 +267,7 @@ impl RedisStore {
             (MAX_POLL * 4).as_millis().to_string(),
         ];
         let (reply, replicated) = self
-            .run_replicated(&self.scripts.grant, names, &args)
+            .run_replicated(&self.scripts.grant, names, &args, Retry::Never)
             .await?;
         let reply: Vec<Value> = redis::from_redis_value(reply)
             .map_err(|e| StoreError::protocol(format!("unexpected answer: {e}")))?;
@@ -330,7 +341,11 @@ impl RedisStore {
     ) -> StoreResult<T> {
         let keys = self.keys_of(names);
         let cold = &self.scripts.cold;
-        let (v, _) = match self.conn.eval(lua, &keys, args, None, cold).await {
+        let (v, _) = match self
+            .conn
+            .eval(lua, &keys, args, None, cold, Retry::Safe)
+            .await
+        {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
@@ -345,6 +360,7 @@ impl RedisStore {
         lua: &Lua,
         names: &[String],
         args: &[String],
+        retry: Retry,
     ) -> StoreResult<(Value, bool)> {
         // WAIT may use most of the per-store time; the engine's own timeout still bounds it.
         // WAIT's timeout is checked on Redis's 100 ms cron, so it may run that much over: keep
@@ -352,7 +368,7 @@ impl RedisStore {
         let wait = self.wait_replicas.map(|n| (n, self.timeout / 4));
         let keys = self.keys_of(names);
         let cold = &self.scripts.cold;
-        let (v, acked) = match self.conn.eval(lua, &keys, args, wait, cold).await {
+        let (v, acked) = match self.conn.eval(lua, &keys, args, wait, cold, retry).await {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
@@ -423,6 +439,11 @@ impl Store for RedisStore {
         &self.desc
     }
 
+    /// Opening connected to the server, or read a cluster's slot map from a node.
+    fn reached(&self) -> bool {
+        true
+    }
+
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.record_shard_list(tag, write).await
     }
@@ -463,27 +484,41 @@ impl Store for RedisStore {
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        // In a cluster a publish reaches subscribers on every node: subscribe on every
+        // candidate at once and keep the first that answers, so a frozen seed costs nothing.
+        let candidates: Vec<StoreResult<Client>> = match &self.conn {
+            Conn::Cluster(c) => c
+                .subscribe_candidates(&self.keys(&req.names[0])[0])
+                .into_iter()
+                .map(|r| r.map_err(classify))
+                .collect(),
+            Conn::Single(_) => vec![Ok(self.subscribe_via[0].clone())],
+        };
+        let channel = format!("dlock:wake:{}", req.token);
+        let mut pending: futures_util::stream::FuturesUnordered<_> = candidates
+            .into_iter()
+            .map(|c| {
+                let channel = channel.clone();
+                async move {
+                    let mut pubsub = c?.get_async_pubsub().await.map_err(classify)?;
+                    pubsub.subscribe(channel).await.map_err(classify)?;
+                    Ok::<_, StoreError>(pubsub)
+                }
+            })
+            .collect();
         let mut last = None;
-        let mut pubsub = None;
-        for client in &self.subscribe_via {
-            match client.get_async_pubsub().await {
-                Ok(p) => {
-                    pubsub = Some(p);
-                    break;
+        while let Some(r) = pending.next().await {
+            match r {
+                Ok(pubsub) => {
+                    return Ok(Box::new(Wakeup {
+                        pubsub,
+                        ended: false,
+                    }));
                 }
                 Err(e) => last = Some(e),
             }
         }
-        let Some(mut pubsub) = pubsub else {
-            return Err(last
-                .map(classify)
-                .unwrap_or_else(|| StoreError::unavailable("no node to subscribe on")));
-        };
-        pubsub
-            .subscribe(format!("dlock:wake:{}", req.token))
-            .await
-            .map_err(classify)?;
-        Ok(Box::new(Wakeup { pubsub }))
+        Err(last.unwrap_or_else(|| StoreError::unavailable("no node to subscribe on")))
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
@@ -491,7 +526,7 @@ impl Store for RedisStore {
         for idx in self.groups(names) {
             let group: Vec<String> = idx.iter().map(|&i| names[i].clone()).collect();
             let (reply, replicated) = self
-                .run_replicated(&self.scripts.renew, &group, &args)
+                .run_replicated(&self.scripts.renew, &group, &args, Retry::Safe)
                 .await?;
             let renewed = redis::from_redis_value::<i64>(reply)
                 .map_err(|e| StoreError::protocol(e.to_string()))?
@@ -573,11 +608,23 @@ impl Store for RedisStore {
 /// A waiter's own channel: a release publishes there when it is this waiter's turn.
 struct Wakeup {
     pubsub: redis::aio::PubSub,
+    /// The subscription's connection ended (the server went away). The engine listens
+    /// again when the server is back; until then this waits out each `max`, so a waiter
+    /// polls at its usual pace rather than in a tight loop.
+    ended: bool,
 }
 
 #[async_trait]
 impl Listener for Wakeup {
     async fn changed(&mut self, max: Duration) {
-        let _ = tokio::time::timeout(max, self.pubsub.on_message().next()).await;
+        let until = tokio::time::Instant::now() + max;
+        if !self.ended
+            && let Ok(None) = tokio::time::timeout(max, self.pubsub.on_message().next()).await
+        {
+            self.ended = true;
+        }
+        if self.ended {
+            tokio::time::sleep_until(until).await;
+        }
     }
 }

@@ -87,6 +87,34 @@ pub trait Backend: Send + Sync + 'static {
     async fn release_unheard(&self, names: &[String], token: &str) -> Option<bool>;
 }
 
+/// Dial a new connection after the old one broke (a restart, a failover, a dropped socket):
+/// tried again with a short jittered backoff (25 ms, doubling to 400 ms) while the server is
+/// unreachable, for at most `patience` (the store timeout, which the engine bounds each call
+/// by anyway). So an operation rides out a restart shorter than that, and a longer outage is
+/// the engine's to wait through, call after call. Any other failure is answered at once.
+pub async fn redial<T, F, Fut>(patience: Duration, mut dial: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let start = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(25);
+    loop {
+        match dial().await {
+            Err(e)
+                if e.kind() == super::ErrorKind::Unavailable
+                    && start.elapsed() + pause < patience =>
+            {
+                // Many clients broken by one restart must not come back in step.
+                let jittered = pause.mul_f64(0.5 + rand::random::<f64>());
+                tokio::time::sleep(jittered).await;
+                pause = (pause * 2).min(Duration::from_millis(400));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// `text` as hex digits: how names and tokens go into a statement that is sent as text (a
 /// release that cannot wait for a Parse or prepare answer), so no setting of the server's
 /// (standard_conforming_strings, NO_BACKSLASH_ESCAPES) can change what a quote means.
@@ -267,6 +295,11 @@ impl<B: Backend> SqlStore<B> {
 impl<B: Backend> Store for SqlStore<B> {
     fn describe(&self) -> &str {
         self.backend.describe()
+    }
+
+    /// The backend opened a session when it connected.
+    fn reached(&self) -> bool {
+        true
     }
 
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {

@@ -12,7 +12,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,6 +36,12 @@ pub struct Conn {
     auth: Option<Vec<u8>>,
     connect_timeout: Duration,
     client: tokio::sync::Mutex<Option<Client>>,
+    /// A server of the ensemble has let this process connect (`Store::reached`).
+    reached: Arc<AtomicBool>,
+    /// The longest session timeout a lease asked for so far: a session made again after the
+    /// last one expired (say by a renewal, which asks for none) must still carry every `run`
+    /// lease this process may take on it.
+    longest: std::sync::Mutex<Duration>,
 }
 
 impl Conn {
@@ -75,6 +82,8 @@ impl Conn {
             auth,
             connect_timeout,
             client: tokio::sync::Mutex::new(None),
+            reached: Arc::new(AtomicBool::new(false)),
+            longest: std::sync::Mutex::new(Duration::ZERO),
         })
     }
 
@@ -88,8 +97,10 @@ impl Conn {
         Abort(self.handle.spawn(fut))
     }
 
-    /// The session, connected with `session_timeout` if there is none (or it has ended).
-    pub async fn client(&self, session_timeout: Duration) -> StoreResult<Client> {
+    /// The session, connected if there is none (or it has ended) with the session timeout
+    /// `want` (a lease's ttl), or when none is wanted the longest a lease wanted so far, or
+    /// `default`.
+    pub async fn client(&self, want: Option<Duration>, default: Duration) -> StoreResult<Client> {
         let mut slot = self.client.lock().await;
         if let Some(c) = slot.as_ref()
             && !c.state().is_terminated()
@@ -97,6 +108,18 @@ impl Conn {
             return Ok(c.clone());
         }
         *slot = None;
+        let session_timeout = {
+            let mut longest = self.longest.lock().unwrap_or_else(|p| p.into_inner());
+            match want {
+                Some(w) => {
+                    *longest = (*longest).max(w);
+                    *longest
+                }
+                None if longest.is_zero() => default,
+                None => *longest,
+            }
+        };
+        self.probe();
         let mut connector = Client::connector()
             .with_session_timeout(session_timeout)
             .with_fail_eagerly();
@@ -115,8 +138,48 @@ impl Conn {
                 )));
             }
         };
+        self.reached.store(true, Ordering::Relaxed);
         *slot = Some(c.clone());
         Ok(c)
+    }
+
+    /// Whether a server has let this process connect (a session, or a TCP connection while
+    /// no session could be had).
+    pub fn reached(&self) -> bool {
+        self.reached.load(Ordering::Relaxed)
+    }
+
+    /// Does any server accept a connection at all? During an election (the leader lost)
+    /// the servers accept and then close, as they serve no sessions without a leader: the
+    /// address is right, and a wait rides that out. Asked beside the session's connect,
+    /// until a server was reached, on the session's runtime, so that the engine's timeout
+    /// cutting the connect short does not cut the answer short too.
+    fn probe(&self) {
+        if self.reached() {
+            return;
+        }
+        let (hosts, reached, limit) = (
+            self.hosts.clone(),
+            self.reached.clone(),
+            self.connect_timeout,
+        );
+        self.handle.spawn(async move {
+            let tries = hosts.split(',').map(|h| async move {
+                tokio::time::timeout(limit, tokio::net::TcpStream::connect(h))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            });
+            if futures_util::future::join_all(tries).await.contains(&true) {
+                reached.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Give the session up: the server closes it once the last clone is dropped (the crate
+    /// then sends CloseSession, a request that needs no answer to act), and with it goes
+    /// every ephemeral node it holds. The next call opens a new session.
+    pub async fn abandon(&self) {
+        self.client.lock().await.take();
     }
 
     /// Close the session (its ephemeral nodes go at once) and stop the thread. Blocks for at

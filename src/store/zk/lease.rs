@@ -73,9 +73,23 @@ impl Inner {
     }
 
     /// Remove whatever `token` holds or has queued, and record how its lease ended.
+    ///
+    /// An attempt whose answer was not heard may have been granted: while answers are lost,
+    /// the usual release (read, then compare-and-set) never gets past its read, and a wait
+    /// that rides the outage out keeps the session, and so the grant's entry, alive. So the
+    /// session is given up first (its close needs no answer to act, and takes the entry with
+    /// it), unless this process holds another lease in it; then the usual release follows on
+    /// a new session, which also tidies the record once the store answers.
     pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
         if let Ok(mut w) = self.waits.lock() {
             w.remove(token);
+        }
+        if self.may_abandon_for(token) {
+            self.conn.abandon().await;
+            self.mark_unheard(token, false);
+            if let Ok(mut m) = self.mine.lock() {
+                m.remove(token);
+            }
         }
         let c = self.client(None).await?;
         if let Some(true) = self.release_held(&c, names, token).await? {

@@ -66,6 +66,9 @@ struct Inner {
     mine: Mutex<HashMap<String, Mine>>,
     /// Waiters' wake-ups by token, and the nodes each already watches.
     waits: Arc<Mutex<HashMap<String, Waiting>>>,
+    /// Tokens whose last attempt's answer was not heard (cut off by the engine's timeout, or
+    /// the connection lost under it): a grant may have been applied unheard (`release`).
+    unheard: Mutex<HashSet<String>>,
 }
 
 #[derive(Clone)]
@@ -154,6 +157,7 @@ impl ZkStore {
                 acl,
                 mine: Mutex::new(HashMap::new()),
                 waits: Arc::new(Mutex::new(HashMap::new())),
+                unheard: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -212,7 +216,7 @@ impl Inner {
         let most = Duration::from_millis(i32::MAX as u64);
         let c = self
             .conn
-            .client(req.map_or(DEFAULT_SESSION, |r| r.ttl.min(most)))
+            .client(req.map(|r| r.ttl.min(most)), DEFAULT_SESSION)
             .await?;
         if let Some(r) = req
             && !r.detached
@@ -411,6 +415,28 @@ impl Inner {
         Ok(())
     }
 
+    fn mark_unheard(&self, token: &str, unheard: bool) {
+        if let Ok(mut u) = self.unheard.lock() {
+            if unheard {
+                u.insert(token.to_string());
+            } else {
+                u.remove(token);
+            }
+        }
+    }
+
+    /// Whether `token`'s last attempt went unheard while this process holds no other lease
+    /// in the session: then the session may be given up to free what the attempt may have
+    /// been granted (see `lease::release`).
+    fn may_abandon_for(&self, token: &str) -> bool {
+        let unheard = self.unheard.lock().is_ok_and(|u| u.contains(token));
+        let others_hold = self.mine.lock().map_or(true, |m| {
+            m.iter()
+                .any(|(t, s)| t != token && matches!(s, Mine::Holding(_)))
+        });
+        unheard && !others_hold
+    }
+
     fn forget(&self, token: &str) {
         if let Ok(mut m) = self.mine.lock() {
             m.remove(token);
@@ -435,12 +461,29 @@ impl Store for ZkStore {
         self.doctor(query).await
     }
 
+    fn reached(&self) -> bool {
+        self.inner.conn.reached()
+    }
+
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        let token = req.token.clone();
         let (inner, req) = (self.inner.clone(), req.clone());
-        self.inner
+        // Marked before the attempt is sent, since a timeout drops this future without a
+        // word; cleared once an answer is heard.
+        self.inner.mark_unheard(&token, true);
+        let r = self
+            .inner
             .conn
             .spawn(async move { inner.acquire(&req, queue).await })
-            .await
+            .await;
+        let heard = match &r {
+            Ok(_) => true,
+            Err(e) => e.kind() != ErrorKind::Unavailable,
+        };
+        if heard {
+            self.inner.mark_unheard(&token, false);
+        }
+        r
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
@@ -459,11 +502,18 @@ impl Store for ZkStore {
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
-        let (inner, names, token) = (self.inner.clone(), names.to_vec(), token.to_string());
-        self.inner
+        let (inner, names, owner) = (self.inner.clone(), names.to_vec(), token.to_string());
+        let renewed = self
+            .inner
             .conn
-            .spawn(async move { inner.renew(&names, &token, ttl).await })
-            .await
+            .spawn(async move { inner.renew(&names, &owner, ttl).await })
+            .await;
+        if let Ok(true) = renewed {
+            // The grant was applied after all, and its lease is in use (a quorum's other
+            // stores granted it): from here it ends as any lease does, by the usual release.
+            self.inner.mark_unheard(token, false);
+        }
+        renewed
     }
 
     async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
