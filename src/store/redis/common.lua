@@ -9,6 +9,9 @@
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The least fence a grant hands out: microseconds since 2020-01-01 by this server's clock,
+-- so a server that lost its counters still hands out more than before (store::fence_floor).
+local floor = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local n = #KEYS / 4
 
 local function keys(i)
@@ -65,4 +68,15 @@ local function wake(w, wd)
     end
     unwait(w, wd, first)
   end
+end
+
+-- What this server remembers of a name (engine::amnesia): whether the engine's marker is
+-- there, and how long the live holders run on (0 if none).
+local function recall(h, f)
+  local horizon = 0
+  for _, v in ipairs(redis.call('HVALS', h)) do
+    local d = parse(v)
+    if d > now and d - now > horizon then horizon = d - now end
+  end
+  return redis.call('HEXISTS', f, 'mark'), horizon
 end
