@@ -135,6 +135,8 @@ pub async fn acquire_any(
         r = first_granted(&ctx.shards, reqs, wait, &busy) => Ok(r),
         sig = signals.recv() => Err(sig),
         never = waiting.follow(busy_seen) => match never {},
+        // The live line shows an outage itself.
+        never = waiting::follow_reach(&ctx.shards, &all, events, &ctx.out, !ctx.out.live_line()) => match never {},
     };
     let withdraw = |except: Option<usize>| {
         join_all(

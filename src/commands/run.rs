@@ -50,17 +50,23 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let ended = async {
         // A run that does not get its lock drops its watchdog, which then ends.
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
-        supervisor::supervise_with(
-            &ctx.shards,
-            &ctx.out,
-            lease,
-            dog,
-            &command,
-            grace,
-            limits,
-            &events,
-        )
-        .await
+        let names = lease.req.names.clone();
+        tokio::select! {
+            r = supervisor::supervise_with(
+                &ctx.shards,
+                &ctx.out,
+                lease,
+                dog,
+                &command,
+                grace,
+                limits,
+                &events,
+            ) => r,
+            // A store going away and coming back while the command runs.
+            never = super::waiting::follow_reach(&ctx.shards, &names, &events, &ctx.out, true) => {
+                match never {}
+            }
+        }
     }
     .await;
     events.finish();

@@ -6,6 +6,11 @@
 //! read with `inspect` when waiting starts and then at most every `REFRESH_MIN` (when the
 //! engine has seen the lock busy since) or every `REFRESH_MAX`; between reads the clocks on
 //! the line (held for, expires in, waited) tick locally.
+//!
+//! While the stores cannot be reached the engine keeps trying for the whole wait; the line
+//! then says so ("redis://...: unreachable for 4s, retrying"), and `follow_reach` tells `-v`
+//! and `--events` (`store-unreachable`, `store-back`) when a store goes away and comes back,
+//! for a holder as much as for a waiter.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -15,6 +20,8 @@ use futures_util::future::join_all;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
+
+use crate::engine::{Engine, show_outage};
 
 use super::inspect::{QuorumHolder, merge};
 use crate::events::Events;
@@ -65,6 +72,8 @@ pub struct Waiting<'a> {
     /// Our own token, to count the waiters ahead of us where the store keeps a queue.
     token: Option<&'a str>,
     events: &'a Events,
+    /// The engines the names live on (one without `--shard`).
+    engines: Vec<&'a Engine>,
     display: Display,
     started: Option<Instant>,
     /// Whether the live line is on the screen now (and must be cleared).
@@ -93,6 +102,7 @@ impl<'a> Waiting<'a> {
             names,
             token,
             events,
+            engines: engines_of(shards, names),
             display,
             started: None,
             drawn: false,
@@ -108,8 +118,12 @@ impl<'a> Waiting<'a> {
     /// Show the wait from the engine's first busy report on; `busy` counts those reports.
     /// Never ends: the caller drops it when the wait is over, then calls `finish`.
     pub async fn follow(&mut self, mut busy: watch::Receiver<u32>) -> Infallible {
-        if busy.changed().await.is_err() {
-            return std::future::pending().await;
+        // Waiting starts with the first busy answer, or with a store gone away.
+        tokio::select! {
+            r = busy.changed() => if r.is_err() {
+                return std::future::pending().await;
+            },
+            _ = until_outage(&self.engines) => {}
         }
         self.started = Some(Instant::now());
         if self.display == Display::Off && !self.events.is_on() {
@@ -157,7 +171,8 @@ impl<'a> Waiting<'a> {
             // The first read may come before our own queue entry exists (the engine reports
             // busy, then queues): look again at the next busy report, to say where we stand.
             let soon = !self.placed() && age >= Duration::from_secs(1);
-            if (busy_since && (age >= REFRESH_MIN || soon)) || age >= REFRESH_MAX {
+            let reading = self.outage().is_none();
+            if reading && ((busy_since && (age >= REFRESH_MIN || soon)) || age >= REFRESH_MAX) {
                 self.refresh().await;
                 read_at = Instant::now();
                 busy_since = false;
@@ -236,6 +251,10 @@ impl<'a> Waiting<'a> {
     /// The line, as the text before the waited time and the waited time itself.
     fn describe(&self) -> (String, String) {
         let waited = format!(" · waited {}", compact(self.waited().unwrap_or_default()));
+        if let Some(outage) = self.outage() {
+            let name = self.seen.as_ref().map_or(&self.names[0], |s| &s.name);
+            return (format!("waiting for {}: {outage}", printable(name)), waited);
+        }
         let Some(seen) = &self.seen else {
             return (
                 format!("waiting for {}", printable(&self.names.join(", "))),
@@ -292,6 +311,26 @@ impl<'a> Waiting<'a> {
         (line, waited)
     }
 
+    /// "redis://...: unreachable for 4s, retrying", while a store is.
+    fn outage(&self) -> Option<String> {
+        let mut all = self.engines.iter().flat_map(|e| {
+            e.outages()
+                .into_iter()
+                .map(move |o| (o.since, e.stores()[o.index].describe().to_string()))
+        });
+        let (since, store) = all.next()?;
+        let more = all.count();
+        let mut line = format!(
+            "{}: unreachable for {}, retrying",
+            printable(&store),
+            show_outage(since.elapsed())
+        );
+        if more > 0 {
+            line.push_str(&format!(" (and {more} more)"));
+        }
+        Some(line)
+    }
+
     fn draw(&mut self) {
         let (main, tail) = self.describe();
         let width = terminal_size::terminal_size_of(std::io::stderr())
@@ -312,5 +351,118 @@ impl<'a> Waiting<'a> {
         };
         self.out.raw_err(&format!("\r\x1b[2K{text}"));
         self.drawn = true;
+    }
+}
+
+/// The engines `names` live on, each once.
+fn engines_of<'a>(shards: &'a Shards, names: &[String]) -> Vec<&'a Engine> {
+    let mut out: Vec<&Engine> = Vec::new();
+    for n in names {
+        let e = shards.engine(n);
+        if !out.iter().any(|o| std::ptr::eq(*o, e)) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// Until some store of `engines` is unreachable.
+async fn until_outage(engines: &[&Engine]) {
+    let mut changes: Vec<_> = engines.iter().map(|e| e.reach_changes()).collect();
+    loop {
+        if engines.iter().any(|e| !e.outages().is_empty()) {
+            return;
+        }
+        let any = changes.iter_mut().map(|c| Box::pin(c.changed()));
+        if futures_util::future::select_all(any).await.0.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// How often `-v` repeats that a store is still unreachable.
+const STILL_DOWN_EVERY: Duration = Duration::from_secs(5);
+
+/// Tell `--events` (`store-unreachable`, `store-back`) and, with `print`, `-v` each time a
+/// store that `names` live on goes away or comes back; `-v` also says every
+/// `STILL_DOWN_EVERY` that one still is. Stores already unreachable when it starts were told
+/// of before. Never ends: the caller drops it.
+pub async fn follow_reach(
+    shards: &Shards,
+    names: &[String],
+    events: &Events,
+    out: &Output,
+    print: bool,
+) -> Infallible {
+    let engines = engines_of(shards, names);
+    let print = print && out.verbose();
+    if !print && !events.is_on() {
+        return std::future::pending().await;
+    }
+    let mut changes: Vec<_> = engines.iter().map(|e| e.reach_changes()).collect();
+    // Per store (by engine and index): when it went away.
+    let current = || -> Vec<((usize, usize), Instant, String, String)> {
+        engines
+            .iter()
+            .enumerate()
+            .flat_map(|(k, e)| {
+                e.outages().into_iter().map(move |o| {
+                    let store = e.stores()[o.index].describe().to_string();
+                    ((k, o.index), o.since, store, o.error.to_string())
+                })
+            })
+            .collect()
+    };
+    let mut known = current();
+    let mut tick = tokio::time::interval(STILL_DOWN_EVERY);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        let any = changes.iter_mut().map(|c| Box::pin(c.changed()));
+        tokio::select! {
+            (r, _, _) = futures_util::future::select_all(any) => if r.is_err() {
+                return std::future::pending().await;
+            },
+            _ = tick.tick() => {
+                for (_, since, store, _) in known.iter().filter(|_| print) {
+                    out.debug(&format!(
+                        "{}: unreachable for {}, retrying",
+                        printable(store),
+                        show_outage(since.elapsed())
+                    ));
+                }
+                continue;
+            }
+        }
+        let now = current();
+        for (key, _, store, error) in &now {
+            if !known.iter().any(|k| k.0 == *key) {
+                events.emit(
+                    "store-unreachable",
+                    names,
+                    json!({ "store": store, "error": error }),
+                );
+                if print {
+                    out.debug(&format!("{}; retrying", printable(error)));
+                }
+            }
+        }
+        for (key, since, store, _) in &known {
+            if !now.iter().any(|k| k.0 == *key) {
+                let down = since.elapsed();
+                events.emit(
+                    "store-back",
+                    names,
+                    json!({ "store": store, "unreachable_ms": down.as_millis() as u64 }),
+                );
+                if print {
+                    out.debug(&format!(
+                        "{}: back after {}",
+                        printable(store),
+                        show_outage(down)
+                    ));
+                }
+            }
+        }
+        known = now;
     }
 }

@@ -8,6 +8,7 @@
 mod amnesia;
 mod down;
 pub mod fence;
+mod reach;
 pub mod timing;
 
 #[cfg(test)]
@@ -25,6 +26,8 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep, timeout};
 
 use down::Down;
+use reach::Reach;
+pub use reach::{Outage, show as show_outage};
 
 use crate::store::{
     self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Previous, Store,
@@ -34,10 +37,6 @@ use crate::store::{
 /// How long a release waits for stragglers once a majority has released: long enough for a
 /// live store a little behind the others, so it is not left holding the lease until its ttl.
 const RELEASE_LINGER: Duration = Duration::from_millis(1);
-
-/// How long a waiter keeps trying through an outage of the stores it was waiting on, at
-/// least (a Redis Cluster failover or an etcd leader election takes a few seconds).
-pub const OUTAGE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -99,6 +98,8 @@ pub struct Tally {
 pub struct Engine {
     stores: Vec<Arc<dyn Store>>,
     store_timeout: Duration,
+    /// Which stores have answered this process, and which are unreachable now.
+    reach: Reach,
 }
 
 impl Engine {
@@ -131,17 +132,25 @@ impl Engine {
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-        Ok(Engine {
-            stores,
-            store_timeout,
-        })
+        Ok(Engine::from_stores(stores, store_timeout))
     }
 
     pub fn from_stores(stores: Vec<Arc<dyn Store>>, store_timeout: Duration) -> Engine {
         Engine {
+            reach: Reach::new(stores.len()),
             stores,
             store_timeout,
         }
+    }
+
+    /// The stores that are unreachable now, each with the time it went away and why.
+    pub fn outages(&self) -> Vec<Outage> {
+        self.reach.outages()
+    }
+
+    /// Changes whenever a store goes away or comes back (then read `outages`).
+    pub fn reach_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reach.subscribe()
     }
 
     pub fn stores(&self) -> &[Arc<dyn Store>] {
@@ -183,6 +192,7 @@ impl Engine {
         Fut: Future<Output = StoreResult<T>> + 'a,
     {
         let limit = self.store_timeout;
+        let reach = &self.reach;
         let mut pending: FuturesUnordered<_> = idx
             .iter()
             .map(|&i| {
@@ -196,7 +206,12 @@ impl Engine {
                             humantime::format_duration(limit)
                         ))),
                     };
-                    (i, r.map_err(|e| name_store(s, e)))
+                    let r = r.map_err(|e| name_store(s, e));
+                    match &r {
+                        Ok(_) => reach.answered(i),
+                        Err(e) => reach.failed(i, e),
+                    }
+                    (i, r)
                 }
             })
             .collect();
@@ -250,7 +265,9 @@ impl Engine {
         let need = self.majority();
         let give_up_at = wait.give_up_at();
         let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
-        let mut unreachable_since: Option<Instant> = None;
+        // The stores that failed the last attempt, and whether this wait rode out an outage.
+        let mut erred: Vec<usize> = Vec::new();
+        let mut rode_out = false;
         loop {
             let queued = listeners.is_some();
             let t0 = Instant::now();
@@ -298,15 +315,14 @@ impl Engine {
             if !dirty.is_empty() {
                 self.release_on(&dirty, req).await;
             }
+            let back = erred.iter().any(|i| !errors.iter().any(|(j, _)| j == i));
+            erred = errors.iter().map(|(i, _)| *i).collect();
             if granted.len() + busy < need {
-                // A waiter that has seen the stores answer rides out a short outage (a
-                // failover, a restart) instead of failing at once; nobody else does.
-                let now = Instant::now();
-                let outage = *unreachable_since.get_or_insert(now);
-                let grace = (self.store_timeout * 5).max(OUTAGE_GRACE);
-                let may_wait = give_up_at.is_none_or(|g| now < g) && !matches!(wait, Wait::No);
-                if listeners.is_some() && may_wait && now - outage < grace {
-                    sleep(timing::jitter(self.store_timeout, 0.5)).await;
+                // A wait rides out an outage (a restart, a failover, an election) for its
+                // whole budget, once the stores have answered this process.
+                if let Some(pause) = self.ride_out(wait, give_up_at, &errors) {
+                    rode_out = true;
+                    sleep(pause).await;
                     continue;
                 }
                 // The stores that granted or erred were just released; a busy one may still
@@ -320,13 +336,8 @@ impl Engine {
                 if !rest.is_empty() {
                     self.release_on(&rest, req).await;
                 }
-                return Err(unreachable(
-                    errors.into_iter().map(|(_, e)| e).collect(),
-                    self.stores.len(),
-                    need,
-                ));
+                return Err(self.unreachable_after(errors, rode_out));
             }
-            unreachable_since = None;
             let now = Instant::now();
             if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
                 if queued {
@@ -336,6 +347,13 @@ impl Engine {
             }
             if let Some(b) = report_busy {
                 b.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            // A store that came back lost what it was telling us on the old connection:
+            // listen again, on all, before the next attempt.
+            if back && listeners.is_some() {
+                let opened = self.fan_out(&self.all(), |s| s.listen(req)).await;
+                listeners = Some(opened.into_iter().filter_map(|(_, r)| r.ok()).collect());
+                continue;
             }
             let Some(ls) = listeners.as_mut() else {
                 // Listen before the next (queued) attempt, so no release slips between them.
@@ -402,6 +420,55 @@ impl Engine {
         })
     }
 
+    /// Whether a wait that found too few stores answering keeps trying, and if so the pause
+    /// before it tries again. It does when it may wait (not `-n`, budget left), nothing
+    /// refused it, and a majority of the stores have answered this process before: then this
+    /// is the stores' own life (a restart, a failover, an election), not a wrong URL.
+    fn ride_out(
+        &self,
+        wait: Wait,
+        give_up_at: Option<Instant>,
+        errors: &[(usize, StoreError)],
+    ) -> Option<Duration> {
+        if matches!(wait, Wait::No)
+            || errors
+                .iter()
+                .any(|(_, e)| matches!(e.kind(), ErrorKind::Refused | ErrorKind::Invalid))
+            || self.reach.ever_answered() < self.majority()
+        {
+            return None;
+        }
+        let pause = timing::jitter(self.store_timeout.min(MAX_POLL), 0.5);
+        match give_up_at {
+            None => Some(pause),
+            Some(g) => {
+                let left = g.saturating_duration_since(Instant::now());
+                (!left.is_zero()).then(|| pause.min(left))
+            }
+        }
+    }
+
+    /// The error for too few stores answering; after riding out an outage, each store that
+    /// is still unreachable says for how long.
+    fn unreachable_after(&self, errors: Vec<(usize, StoreError)>, rode_out: bool) -> EngineError {
+        let errors = errors
+            .into_iter()
+            .map(|(i, e)| match self.reach.down_since(i) {
+                Some(since) if rode_out => {
+                    let desc = self.stores[i].describe();
+                    let why = e.message().strip_prefix(desc).unwrap_or(e.message());
+                    let why = why.strip_prefix(": ").unwrap_or(why);
+                    StoreError::new(
+                        e.kind(),
+                        format!("{desc}: unreachable for {}: {why}", reach::show(since.elapsed())),
+                    )
+                }
+                _ => e,
+            })
+            .collect();
+        unreachable(errors, self.stores.len(), self.majority())
+    }
+
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
         self.fan_out(idx, |s| s.release(&req.names, &req.token))
             .await;
@@ -430,11 +497,13 @@ impl Engine {
             detached: false,
         };
         let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
+        let mut erred: Vec<usize> = Vec::new();
+        let mut rode_out = false;
         loop {
             let results = self.fan_out(&self.all(), |s| s.inspect(name)).await;
             let (mut free, mut held, mut errors) = (0, 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
-            for (_, r) in results {
+            for (i, r) in results {
                 match r {
                     Ok(st) if st.holders.is_empty() => free += 1,
                     Ok(st) => {
@@ -444,14 +513,21 @@ impl Engine {
                         let left = Duration::from_millis(left + 1);
                         retry_after = Some(retry_after.map_or(left, |r: Duration| r.min(left)));
                     }
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push((i, e)),
                 }
             }
             if free >= need {
                 return Ok(());
             }
+            let back = erred.iter().any(|i| !errors.iter().any(|(j, _)| j == i));
+            erred = errors.iter().map(|(i, _)| *i).collect();
             if free + held < need {
-                return Err(unreachable(errors, self.stores.len(), need));
+                if let Some(pause) = self.ride_out(wait, give_up_at, &errors) {
+                    rode_out = true;
+                    sleep(pause).await;
+                    continue;
+                }
+                return Err(self.unreachable_after(errors, rode_out));
             }
             let now = Instant::now();
             if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
@@ -459,6 +535,9 @@ impl Engine {
             }
             if let Some(b) = busy {
                 b.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            if back {
+                listeners = None;
             }
             let Some(ls) = listeners.as_mut() else {
                 // Listen before reading again, so no release slips between the two.

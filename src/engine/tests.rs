@@ -254,8 +254,8 @@ async fn queued(m: &MemoryStore, req: &Acquire) -> bool {
     st.waiters.iter().any(|w| w.owner == owner)
 }
 
-/// A waiter queues on the stores that answered busy; when it gives up (its wait ran out, or
-/// the stores stayed unreachable past the outage grace) it leaves no entry on any of them.
+/// A waiter queues on the stores that answered busy; when it gives up (its wait ran out, with
+/// the stores reachable or not) it leaves no entry on any of them.
 #[tokio::test(start_paused = true)]
 async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
     let m = stores();
@@ -277,7 +277,7 @@ async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
     for s in &m {
         assert!(!queued(s, &req).await, "left queued on {}", s.describe());
     }
-    // The stores go away while it waits: it rides out the grace, then gives up.
+    // The stores go away while it waits: it rides out the rest of its wait, then gives up.
     let req = request(TTL);
     let waiting = tokio::spawn({
         let (engine, req) = (engine.clone(), req.clone());
@@ -298,4 +298,110 @@ async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
         !queued(&m[0], &req).await,
         "left queued on the store that stayed"
     );
+}
+
+/// Three stores where `holder` holds the lock.
+async fn held_by_another(m: &[MemoryStore]) -> Acquire {
+    let holder = request(TTL);
+    for s in m {
+        assert!(matches!(
+            s.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+    }
+    holder
+}
+
+/// A waiter whose stores all go away for 20 s (far past any fixed grace) and come back
+/// with the lock free is served: an outage is not an error while its wait lasts.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_rides_out_an_outage_for_its_whole_budget() {
+    let m = stores();
+    let holder = held_by_another(&m).await;
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let req = request(TTL);
+    let waiting = tokio::spawn(async move {
+        let r = engine
+            .acquire(&req, Wait::For(Duration::from_secs(60)))
+            .await;
+        (r, engine.outages().len())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for f in &faulty {
+        f.set(Fault::Error(ErrorKind::Unavailable));
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for s in &m {
+        s.release(&holder.names, &holder.token).await.unwrap();
+    }
+    for f in &faulty {
+        f.set(Fault::None);
+    }
+    let (r, down) = waiting.await.unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(down, 0, "the stores are back");
+}
+
+/// A wait that ends with the stores still unreachable fails as unavailable (69), saying
+/// for how long they have been; one that ends with them reachable and busy is not acquired.
+#[tokio::test(start_paused = true)]
+async fn a_budget_that_ends_in_an_outage_says_how_long_it_lasted() {
+    let m = stores();
+    held_by_another(&m).await;
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let engine = Arc::new(engine);
+    let req = request(TTL);
+    let started = Instant::now();
+    let waiting = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .acquire(&req, Wait::For(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for f in &faulty {
+        f.set(Fault::Error(ErrorKind::Unavailable));
+    }
+    let r = waiting.await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(10));
+    match r {
+        Err(EngineError::Unavailable(m)) => {
+            assert!(m.contains("m0: unreachable for 9."), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(engine.outages().len(), 3);
+}
+
+/// Stores that never answered this process fail a wait at once, however long it may wait
+/// (a typo'd URL must not hang a cron job); `-n` never waits for stores either.
+#[tokio::test(start_paused = true)]
+async fn stores_never_reached_fail_at_once() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    for f in &faulty {
+        f.set(Fault::Error(ErrorKind::Unavailable));
+    }
+    let started = Instant::now();
+    let r = engine.acquire(&request(TTL), Wait::Forever).await;
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    let r = engine.wait_free("job", Wait::Forever, None).await;
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    assert!(started.elapsed() < STORE_TIMEOUT);
+    // Once they have answered, `-n` still answers at once.
+    for f in &faulty {
+        f.set(Fault::None);
+    }
+    held_by_another(&m).await;
+    let r = engine.acquire(&request(TTL), Wait::No).await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    for f in &faulty {
+        f.set(Fault::Error(ErrorKind::Unavailable));
+    }
+    let started = Instant::now();
+    let r = engine.acquire(&request(TTL), Wait::No).await;
+    assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
+    assert!(started.elapsed() < STORE_TIMEOUT);
 }

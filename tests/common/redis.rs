@@ -328,3 +328,17 @@ impl RedisServer {
         self.boot();
     }
 }
+
+impl RedisServer {
+    /// A server that keeps its data over a restart: every write is in its append-only file
+    /// before it is answered (`appendonly yes`, `appendfsync always`).
+    pub fn start_persistent() -> RedisServer {
+        Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    /// Start a killed (or never restarted) server again on the same port and data directory.
+    pub fn start_again(&mut self) {
+        self.kill();
+        self.boot();
+    }
+}

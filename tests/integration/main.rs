@@ -26,6 +26,7 @@ mod refused;
 mod regressions;
 mod shards;
 mod store_etcd;
+mod store_life;
 mod store_redis;
 mod store_redis_cluster;
 mod store_sql;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
+
+use super::redial::{Redial, Retry};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisResult, Value, cmd};
 
@@ -39,9 +41,11 @@ impl Lua {
     }
 }
 
-#[derive(Clone)]
 pub enum Conn {
-    Single(MultiplexedConnection),
+    /// Dialled again when it breaks.
+    Single(Redial),
+    /// The cluster client dials its nodes again itself, and refreshes its slot map when a
+    /// node moves a slot or fails.
     Cluster(ClusterConnection),
 }
 
@@ -50,10 +54,19 @@ fn no_script(e: &redis::RedisError) -> bool {
 }
 
 impl Conn {
+    /// Send a command that is safe to send again (every caller's is: reads, and writes that
+    /// are idempotent).
     pub(super) async fn query<T: redis::FromRedisValue>(&self, c: &Cmd) -> RedisResult<T> {
-        match self.clone() {
-            Conn::Single(mut s) => c.query_async(&mut s).await,
-            Conn::Cluster(mut s) => c.query_async(&mut s).await,
+        self.query_once(c, Retry::Safe).await
+    }
+
+    async fn query_once<T: redis::FromRedisValue>(&self, c: &Cmd, retry: Retry) -> RedisResult<T> {
+        match self {
+            Conn::Single(r) => {
+                r.run(retry, |mut s| async move { c.query_async(&mut s).await })
+                    .await
+            }
+            Conn::Cluster(s) => c.query_async(&mut s.clone()).await,
         }
     }
 
@@ -73,24 +86,27 @@ impl Conn {
         args: &[String],
         wait: Option<(u32, Duration)>,
         cold: &AtomicBool,
+        retry: Retry,
     ) -> RedisResult<(Value, Option<i64>)> {
         let mut by_hash = !cold.load(Ordering::Relaxed);
         loop {
             let call = lua.call(by_hash, keys, args);
             let result = match (self, wait) {
-                (_, None) => self.query::<Value>(&call).await.map(|v| (v, None)),
-                (Conn::Single(s), Some((n, t))) => {
-                    let mut s = s.clone();
+                (_, None) => self.query_once::<Value>(&call, retry).await.map(|v| (v, None)),
+                (Conn::Single(r), Some((n, t))) => {
                     let mut p = redis::pipe();
                     p.add_command(call)
                         .cmd("WAIT")
                         .arg(n)
                         .arg(t.as_millis() as u64);
-                    p.query_async::<(Value, i64)>(&mut s)
-                        .await
-                        .map(|(v, w)| (v, Some(w)))
+                    let p = &p;
+                    r.run(retry, |mut s| async move {
+                        p.query_async::<(Value, i64)>(&mut s).await
+                    })
+                    .await
+                    .map(|(v, w)| (v, Some(w)))
                 }
-                (Conn::Cluster(s), Some((n, t))) => match self.query::<Value>(&call).await {
+                (Conn::Cluster(s), Some((n, t))) => match self.query_once::<Value>(&call, retry).await {
                     Ok(v) => {
                         let route =
                             Route::with_slot(Slot::for_key(keys[0].as_bytes()), SlotAddr::Master);
@@ -121,7 +137,7 @@ impl Conn {
     /// Every key matching `pattern`, on every master.
     pub async fn scan(&self, pattern: &str) -> RedisResult<Vec<String>> {
         match self {
-            Conn::Single(s) => scan_node(s.clone(), pattern).await,
+            Conn::Single(r) => r.run(Retry::Safe, |s| scan_node(s, pattern)).await,
             Conn::Cluster(s) => {
                 let nodes: String = self.query(&cmd("CLUSTER").arg("NODES").to_owned()).await?;
                 let mut keys = Vec::new();

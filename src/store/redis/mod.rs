@@ -17,6 +17,7 @@
 mod conn;
 mod connect;
 mod doctor;
+mod redial;
 mod shards;
 
 use std::sync::atomic::AtomicBool;
@@ -27,6 +28,7 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
+use redial::{Redial, Retry};
 use connect::{certificates, client, connection_info, nat_map};
 
 use super::url::ServerUrl;
@@ -101,6 +103,12 @@ pub fn classify(e: RedisError) -> StoreError {
         || e.is_connection_dropped()
     {
         StoreError::unavailable(format!("cannot reach the server: {e}"))
+    } else if matches!(
+        e.code(),
+        Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+    ) {
+        // The server's own life: loading its data after a restart, a cluster mid-failover.
+        StoreError::unavailable(format!("the server is not ready: {e}"))
     } else {
         StoreError::protocol(format!("unexpected answer: {e}"))
     };
@@ -184,8 +192,7 @@ impl RedisStore {
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
             Conn::Single(
-                subscribe_via[0]
-                    .get_multiplexed_async_connection_with_config(&config)
+                Redial::open(subscribe_via[0].clone(), config)
                     .await
                     .map_err(classify)?,
             )
@@ -259,7 +266,7 @@ impl RedisStore {
             (MAX_POLL * 4).as_millis().to_string(),
         ];
         let (reply, replicated) = self
-            .run_replicated(&self.scripts.grant, names, &args)
+            .run_replicated(&self.scripts.grant, names, &args, Retry::Never)
             .await?;
         let reply: Vec<Value> = redis::from_redis_value(reply)
             .map_err(|e| StoreError::protocol(format!("unexpected answer: {e}")))?;
@@ -347,7 +354,11 @@ impl RedisStore {
     ) -> StoreResult<T> {
         let keys = self.keys_of(names);
         let cold = &self.scripts.cold;
-        let (v, _) = match self.conn.eval(lua, &keys, args, None, cold).await {
+        let (v, _) = match self
+            .conn
+            .eval(lua, &keys, args, None, cold, Retry::Safe)
+            .await
+        {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
@@ -362,6 +373,7 @@ impl RedisStore {
         lua: &Lua,
         names: &[String],
         args: &[String],
+        retry: Retry,
     ) -> StoreResult<(Value, bool)> {
         // WAIT may use most of the per-store time; the engine's own timeout still bounds it.
         // WAIT's timeout is checked on Redis's 100 ms cron, so it may run that much over: keep
@@ -369,7 +381,7 @@ impl RedisStore {
         let wait = self.wait_replicas.map(|n| (n, self.timeout / 4));
         let keys = self.keys_of(names);
         let cold = &self.scripts.cold;
-        let (v, acked) = match self.conn.eval(lua, &keys, args, wait, cold).await {
+        let (v, acked) = match self.conn.eval(lua, &keys, args, wait, cold, retry).await {
             Ok(r) => r,
             Err(e) => return Err(self.explain(e).await),
         };
@@ -518,7 +530,10 @@ impl Store for RedisStore {
             .subscribe(format!("dlock:wake:{}", req.token))
             .await
             .map_err(classify)?;
-        Ok(Box::new(Wakeup { pubsub }))
+        Ok(Box::new(Wakeup {
+            pubsub,
+            ended: false,
+        }))
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
@@ -526,7 +541,7 @@ impl Store for RedisStore {
         for idx in self.groups(names) {
             let group: Vec<String> = idx.iter().map(|&i| names[i].clone()).collect();
             let (reply, replicated) = self
-                .run_replicated(&self.scripts.renew, &group, &args)
+                .run_replicated(&self.scripts.renew, &group, &args, Retry::Safe)
                 .await?;
             let renewed = redis::from_redis_value::<i64>(reply)
                 .map_err(|e| StoreError::protocol(e.to_string()))?
@@ -608,11 +623,23 @@ impl Store for RedisStore {
 /// A waiter's own channel: a release publishes there when it is this waiter's turn.
 struct Wakeup {
     pubsub: redis::aio::PubSub,
+    /// The subscription's connection ended (the server went away). The engine listens
+    /// again when the server is back; until then this waits out each `max`, so a waiter
+    /// polls at its usual pace rather than in a tight loop.
+    ended: bool,
 }
 
 #[async_trait]
 impl Listener for Wakeup {
     async fn changed(&mut self, max: Duration) {
-        let _ = tokio::time::timeout(max, self.pubsub.on_message().next()).await;
+        let until = tokio::time::Instant::now() + max;
+        if !self.ended
+            && let Ok(None) = tokio::time::timeout(max, self.pubsub.on_message().next()).await
+        {
+            self.ended = true;
+        }
+        if self.ended {
+            tokio::time::sleep_until(until).await;
+        }
     }
 }

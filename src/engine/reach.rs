@@ -1,0 +1,126 @@
+//! What this process has seen of each store's reachability: whether the store has ever answered
+//! it, and since when it has not. Every call the engine makes updates it (`Engine::fan_out_until`).
+//!
+//! It decides one thing, whether a wait rides out an outage: only once a majority of the stores
+//! have answered this process is an unreachable store taken for a store's own life (a restart,
+//! a failover, an election) rather than a mistake in its URL, so that a typo'd URL still fails
+//! fast and never hangs a cron job. It also tells whoever watches (the waiting line, `--events`)
+//! when a store goes away and comes back, without the engine knowing who that is.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::store::{ErrorKind, StoreError};
+
+#[derive(Clone, Default)]
+struct State {
+    answered: bool,
+    /// Since when every call failed as unreachable (None: the last call was answered).
+    down_since: Option<Instant>,
+    /// The last failure, for the line that says why.
+    error: Option<StoreError>,
+}
+
+/// A store that is unreachable now.
+#[derive(Clone, Debug)]
+pub struct Outage {
+    /// Index of the store in the engine's list.
+    pub index: usize,
+    pub since: Instant,
+    /// The last failure, naming the store.
+    pub error: StoreError,
+}
+
+pub(super) struct Reach {
+    stores: Vec<Mutex<State>>,
+    /// Bumped whenever a store goes away or comes back.
+    changed: watch::Sender<u64>,
+}
+
+impl Reach {
+    pub(super) fn new(n: usize) -> Reach {
+        Reach {
+            stores: (0..n).map(|_| Mutex::new(State::default())).collect(),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    fn with<T>(&self, i: usize, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut s = self.stores[i].lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut s)
+    }
+
+    /// Store `i` answered (whatever it said).
+    pub(super) fn answered(&self, i: usize) {
+        let back = self.with(i, |s| {
+            s.answered = true;
+            s.error = None;
+            s.down_since.take().is_some()
+        });
+        if back {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// A call to store `i` failed. Only a store that could not be reached is down; one that
+    /// refused us or answered nonsense did answer.
+    pub(super) fn failed(&self, i: usize, e: &StoreError) {
+        if e.kind() != ErrorKind::Unavailable {
+            self.answered(i);
+            return;
+        }
+        let went = self.with(i, |s| {
+            s.error = Some(e.clone());
+            let went = s.down_since.is_none();
+            s.down_since.get_or_insert_with(Instant::now);
+            went
+        });
+        if went {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// How many stores have answered this process at least once.
+    pub(super) fn ever_answered(&self) -> usize {
+        (0..self.stores.len())
+            .filter(|&i| self.with(i, |s| s.answered))
+            .count()
+    }
+
+    /// Since when store `i` has been unreachable, if it is.
+    pub(super) fn down_since(&self, i: usize) -> Option<Instant> {
+        self.with(i, |s| s.down_since)
+    }
+
+    pub(super) fn outages(&self) -> Vec<Outage> {
+        (0..self.stores.len())
+            .filter_map(|i| {
+                self.with(i, |s| {
+                    Some(Outage {
+                        index: i,
+                        since: s.down_since?,
+                        error: s.error.clone()?,
+                    })
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// A length of an outage as a person reads it: "40ms", "4.2s", "12s", "3m 5s".
+pub fn show(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(10) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+    }
+}

@@ -1,0 +1,144 @@
+//! A single server's connection that is dialled again when it breaks (the server restarted,
+//! a proxy dropped it), after a short jittered backoff, so that one restart does not cost a
+//! process its store for the rest of its life.
+//!
+//! A request that failed because its connection broke is sent again on a new one only where
+//! that is safe: reads, and writes that carry the owner's token (renew, release) or are
+//! idempotent (raise a fence). Never a grant: a grant whose answer was lost may have been
+//! made, and the engine's rules for an unheard grant (release it by token) take over.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// The first pause after a failed dial; it doubles up to `BACKOFF_MAX`.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// Whether a request may be sent again on a new connection after its own broke.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    Safe,
+    /// A grant: its answer may have been lost after it took effect.
+    Never,
+}
+
+pub struct Redial {
+    client: Client,
+    config: AsyncConnectionConfig,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The connection in use and its generation (so a failure on an older one does not
+    /// drop a newer one).
+    conn: Option<(u64, MultiplexedConnection)>,
+    generation: u64,
+    /// Dials that failed in a row, and when the next may be tried.
+    failures: u32,
+    next_dial: Option<Instant>,
+}
+
+/// Whether an error means the connection itself is gone (not the request's own failure).
+pub fn broken(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}
+
+impl Redial {
+    /// Dial now: a server that cannot be reached when the process starts fails at once.
+    pub async fn open(client: Client, config: AsyncConnectionConfig) -> RedisResult<Redial> {
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Redial {
+            client,
+            config,
+            state: Mutex::new(State {
+                conn: Some((0, conn)),
+                ..State::default()
+            }),
+        })
+    }
+
+    /// The connection in use, dialling a new one if it broke (unless a dial failed moments
+    /// ago: then fail at once, and let the caller's own pace decide when to ask again).
+    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        let mut st = self.state.lock().await;
+        if let Some((g, c)) = &st.conn {
+            return Ok((*g, c.clone()));
+        }
+        if let Some(at) = st.next_dial
+            && Instant::now() < at
+        {
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the connection broke and the server did not answer a new one yet",
+            )));
+        }
+        match self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await
+        {
+            Ok(c) => {
+                st.generation += 1;
+                st.failures = 0;
+                st.next_dial = None;
+                st.conn = Some((st.generation, c.clone()));
+                Ok((st.generation, c))
+            }
+            Err(e) => {
+                let pause = BACKOFF_MIN
+                    .saturating_mul(1 << st.failures.min(8))
+                    .min(BACKOFF_MAX);
+                st.failures += 1;
+                // Jittered, so that the clients of one restarted server do not dial in step.
+                st.next_dial = Some(Instant::now() + pause.mul_f64(0.5 + rand::random::<f64>()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Forget connection `generation`: the next request dials a new one.
+    async fn drop_conn(&self, generation: u64) {
+        let mut st = self.state.lock().await;
+        if st.conn.as_ref().is_some_and(|(g, _)| *g == generation) {
+            st.conn = None;
+        }
+    }
+
+    /// Run `f` on the connection; if the connection broke under it, dial again and, where
+    /// `retry` allows, run it once more on the new one.
+    pub async fn run<T, F, Fut>(&self, retry: Retry, f: F) -> RedisResult<T>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let (g, c) = self.current().await?;
+        match f(c).await {
+            Err(e) if broken(&e) => {
+                self.drop_conn(g).await;
+                if retry == Retry::Never {
+                    return Err(e);
+                }
+                let (g, c) = self.current().await?;
+                let r = f(c).await;
+                if let Err(e) = &r
+                    && broken(e)
+                {
+                    self.drop_conn(g).await;
+                }
+                r
+            }
+            r => r,
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! A store's own life, ridden out (issue 28): a real redis-server killed and started again on
+//! the same port and data directory while a holder renews and a waiter waits. With its data
+//! kept, the holder keeps its lease; without, it learns at its first renewal after the restart;
+//! a waiter waits through the outage for its whole `-w` and says how long the store has been
+//! unreachable if that runs out.
+
+use std::time::{Duration, Instant};
+
+use crate::common::redis::RedisServer;
+use crate::common::*;
+
+/// `run job --ttl TTL` holding until killed, and the moment it held (it touched `held`).
+fn holder(env: &Env, ttl: &str, hold: &str) -> (std::process::Child, Instant) {
+    let held = env.path("held");
+    let script = format!("touch {}; sleep {hold}", held.display());
+    let child = env.spawn_run(&["job", "--ttl", ttl], &script);
+    assert!(
+        wait_for(Duration::from_secs(10), || held.exists()),
+        "the holder did not start its command"
+    );
+    (child, Instant::now())
+}
+
+/// `run job -w WAIT -- true`, started once the holder holds (so it waits).
+fn waiter(env: &Env, wait: &str) -> std::process::Child {
+    env.spawn(&["run", "job", "-w", wait, "--", "true"])
+}
+
+/// A server restarted with its data (appendonly, fsync always) in about 50 ms: the holder
+/// renews on a new connection and keeps its lease (exit 0), the waiter is served after it.
+#[test]
+fn a_restart_with_the_data_kept_costs_the_holder_nothing() {
+    let mut redis = RedisServer::start_persistent();
+    let env = Env::with_stores(vec![redis.url()]);
+    let (h, _) = holder(&env, "3s", "4");
+    let w = waiter(&env, "30s");
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.restart();
+    assert_code(&finish(h, Duration::from_secs(30)), 0);
+    assert_code(&finish(w, Duration::from_secs(40)), 0);
+}
+
+/// A server restarted empty (no persistence): the holder learns the store forgot its lease at
+/// its first renewal after the restart and stops its command then (70), not at its old
+/// deadline; the waiter is served.
+#[test]
+fn a_restart_without_the_data_is_learnt_at_the_next_renewal() {
+    let mut redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let ttl = Duration::from_secs(6);
+    let (h, _) = holder(&env, "6s", "60");
+    let w = waiter(&env, "30s");
+    std::thread::sleep(Duration::from_millis(500));
+    redis.restart();
+    let restarted = Instant::now();
+    let o = finish(h, Duration::from_secs(30));
+    assert_code(&o, 70);
+    assert!(
+        stderr(&o).contains("say it is gone"),
+        "the store's answer, not the deadline: {}",
+        stderr(&o)
+    );
+    assert!(restarted.elapsed() < ttl, "learnt only at the old deadline");
+    assert_code(&finish(w, Duration::from_secs(40)), 0);
+}
+
+/// A store gone for longer than any fixed grace (7 s) but less than the wait: the waiter is
+/// served once it is back.
+#[test]
+fn a_waiter_waits_through_an_outage_for_its_whole_wait() {
+    let mut redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let (h, _) = holder(&env, "3s", "60");
+    let w = waiter(&env, "30s");
+    std::thread::sleep(Duration::from_millis(500));
+    redis.kill();
+    std::thread::sleep(Duration::from_secs(7));
+    redis.start_again();
+    assert_code(&finish(w, Duration::from_secs(40)), 0);
+    assert_code(&finish(h, Duration::from_secs(30)), 70);
+}
+
+/// A wait that ends with the store still unreachable: 69, one line saying for how long. A
+/// store never reached at all fails at once however long the wait (a mistyped URL).
+#[test]
+fn a_wait_that_ends_in_an_outage_says_how_long_it_lasted() {
+    let mut redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let (h, _) = holder(&env, "3s", "60");
+    let w = waiter(&env, "4s");
+    std::thread::sleep(Duration::from_millis(500));
+    redis.kill();
+    let o = finish(w, Duration::from_secs(30));
+    assert_code(&o, 69);
+    let err = stderr(&o);
+    assert!(err.contains("unreachable for"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    drop(h);
+
+    let nobody = format!("redis://127.0.0.1:{}", free_port());
+    let env = Env::with_stores(vec![nobody]);
+    let started = Instant::now();
+    let o = env.run(&["run", "job", "-w", "1h", "--", "true"]);
+    assert_code(&o, 69);
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// A quorum of three with their data kept, restarted one at a time (a majority up at every
+/// moment, nothing lost): the holder keeps its lease.
+#[test]
+fn a_quorum_restarted_member_by_member_keeps_the_lease() {
+    let mut redis: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_persistent()).collect();
+    let env = Env::with_stores(redis.iter().map(|r| r.url()).collect());
+    let (h, _) = holder(&env, "3s", "5");
+    for r in &mut redis {
+        std::thread::sleep(Duration::from_millis(1000));
+        r.restart();
+    }
+    assert_code(&finish(h, Duration::from_secs(30)), 0);
+}
