@@ -460,7 +460,10 @@ impl Engine {
                     let why = why.strip_prefix(": ").unwrap_or(why);
                     StoreError::new(
                         e.kind(),
-                        format!("{desc}: unreachable for {}: {why}", reach::show(since.elapsed())),
+                        format!(
+                            "{desc}: unreachable for {}: {why}",
+                            reach::show(since.elapsed())
+                        ),
                     )
                 }
                 _ => e,

@@ -65,6 +65,45 @@ fn members_restarted_empty_never_admit_a_second_holder() {
     }
 }
 
+/// The same with members that keep their data (`appendonly yes`, `appendfsync always`),
+/// restarted in turn: A keeps its lock to the end of its section (exit 0), and B enters only
+/// after it, with a higher fence.
+#[test]
+fn members_restarted_with_their_data_keep_the_holder() {
+    for spacing in [Duration::ZERO, Duration::from_millis(2500)] {
+        let mut servers: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]))
+            .collect();
+        let env = Env::with_stores(urls(&servers));
+        let dir = env.path("").display().to_string();
+        let a_section = format!("cd {dir}; {A_SECTION}");
+        let mut a = env.spawn_run(&["job", "--ttl", "5s"], &a_section);
+        assert!(
+            wait_for(LIMIT, || env.path("a.pid").exists()),
+            "A never entered"
+        );
+        servers[0].restart();
+        std::thread::sleep(spacing);
+        servers[1].restart();
+        let b_section = format!("cd {dir}; {B_SECTION}");
+        let b = env.run(&[
+            "run", "job", "--ttl", "5s", "-w", "10s", "--", "sh", "-c", &b_section,
+        ]);
+        assert_code(&b, 0);
+        let said = stdout(&b);
+        assert!(
+            !said.contains("overlap"),
+            "B entered while A's section ran: {said}"
+        );
+        let a = finish_child(&mut a);
+        assert_eq!(a, Some(0), "A lost its lock (spacing {spacing:?})");
+    }
+}
+
+fn finish_child(c: &mut std::process::Child) -> Option<i32> {
+    wait_child(c, LIMIT).and_then(|s| s.code())
+}
+
 /// A single server restarted empty: the next fence is above every fence handed out before.
 #[test]
 fn a_single_server_restarted_empty_hands_out_higher_fences() {

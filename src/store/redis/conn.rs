@@ -92,7 +92,10 @@ impl Conn {
         loop {
             let call = lua.call(by_hash, keys, args);
             let result = match (self, wait) {
-                (_, None) => self.query_once::<Value>(&call, retry).await.map(|v| (v, None)),
+                (_, None) => self
+                    .query_once::<Value>(&call, retry)
+                    .await
+                    .map(|v| (v, None)),
                 (Conn::Single(r), Some((n, t))) => {
                     let mut p = redis::pipe();
                     p.add_command(call)
@@ -106,7 +109,10 @@ impl Conn {
                     .await
                     .map(|(v, w)| (v, Some(w)))
                 }
-                (Conn::Cluster(s), Some((n, t))) => match self.query_once::<Value>(&call, retry).await {
+                (Conn::Cluster(s), Some((n, t))) => match self
+                    .query_once::<Value>(&call, retry)
+                    .await
+                {
                     Ok(v) => {
                         let route =
                             Route::with_slot(Slot::for_key(keys[0].as_bytes()), SlotAddr::Master);

@@ -28,8 +28,8 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
-use redial::{Redial, Retry};
 use connect::{certificates, client, connection_info, nat_map};
+use redial::{Redial, Retry};
 
 use super::url::ServerUrl;
 use super::{
