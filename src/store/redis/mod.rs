@@ -606,9 +606,9 @@ impl Store for RedisStore {
     async fn warnings(&self) -> Vec<String> {
         match self.conn.appendonly().await {
             Ok(v) if v.iter().any(|a| a == "no") => vec![
-                "runs without appendonly: a restart forgets its holders and fence counters; keep \
-                 a restarted server out for longer than the longest ttl, and for fences that never \
-                 go backwards set appendonly yes with appendfsync always"
+                "runs without appendonly: a restart forgets its holders (a quorum keeps such a \
+                 member out of the vote until the others' leases have run out; a lone server \
+                 cannot); fences go on from its clock; set appendonly yes with appendfsync always"
                     .to_string(),
             ],
             _ => Vec::new(),
