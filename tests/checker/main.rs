@@ -15,6 +15,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod contention;
+mod forget;
 mod lost_grant;
 mod partition;
 mod sharded;
@@ -258,6 +259,13 @@ enum Fault {
     /// A holder whose process clock runs at another rate (libfaketime), cut from its stores
     /// where it has a proxy to be cut by.
     ClockRate,
+    /// Restart one server empty at once (the master of the name in a cluster; the file
+    /// store's state files wiped): see `forget`.
+    ForgetOne,
+    /// Restart two servers of a quorum empty, back to back.
+    ForgetTwo,
+    /// Restart two servers of a quorum empty, half a ttl apart.
+    ForgetTwoSpaced,
 }
 
 impl Fault {
@@ -281,6 +289,9 @@ impl Fault {
             Fault::WaiterKill => "waiter-kill",
             Fault::MasterPause => "master-pause",
             Fault::ClockRate => "clock-rate",
+            Fault::ForgetOne => "forget-one",
+            Fault::ForgetTwo => "forget-two",
+            Fault::ForgetTwoSpaced => "forget-two-spaced",
         }
     }
 
@@ -338,11 +349,13 @@ impl Setup {
         match name {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
-                faults: vec![HolderKill, HolderStop, ClockJump, WaiterKill, ClockRate],
+                faults: vec![
+                    HolderKill, HolderStop, ClockJump, WaiterKill, ClockRate, ForgetOne,
+                ],
                 min_ttl: short,
             },
-            // A single server cannot be restarted empty without losing its fence counter
-            // (README: fences need appendfsync always), so it only restarts from its AOF.
+            // A single server restarted empty (forget-one) keeps its fences rising (floored
+            // at its clock), but cannot be told from a first use: see `forget`.
             "redis" => Setup {
                 stores: Stores::Redis(redis(1)),
                 faults: vec![
@@ -357,6 +370,7 @@ impl Setup {
                     Delay,
                     WaiterKill,
                     ClockRate,
+                    ForgetOne,
                 ],
                 min_ttl: short,
             },
@@ -376,6 +390,9 @@ impl Setup {
                     Delay,
                     WaiterKill,
                     ClockRate,
+                    ForgetOne,
+                    ForgetTwo,
+                    ForgetTwoSpaced,
                 ],
                 min_ttl: short,
             },
@@ -395,6 +412,7 @@ impl Setup {
                     Delay,
                     WaiterKill,
                     ClockRate,
+                    ForgetOne,
                 ],
                 min_ttl: short,
             },
@@ -1204,6 +1222,13 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             Fault::LostGrant => run.lost_grant_fault(n, &setup),
             Fault::Delay => run.delay_fault(n, &setup),
             Fault::WaiterKill => run.waiter_kill_fault(n),
+            Fault::ForgetOne | Fault::ForgetTwo | Fault::ForgetTwoSpaced => Injected {
+                fault,
+                victim: None,
+                at: None,
+                exit: None,
+                outcome: forget::inject(fault, &mut setup, run.cfg.ttl),
+            },
             f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };
