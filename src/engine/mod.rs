@@ -284,6 +284,9 @@ impl Engine {
             let (mut granted, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
             for (i, r) in results {
+                if r.is_ok() {
+                    self.reach.served(i);
+                }
                 match r {
                     Ok(Attempt::Granted(g)) => granted.push((i, g)),
                     Ok(Attempt::Busy { retry_after: ra }) => {
@@ -421,21 +424,25 @@ impl Engine {
     }
 
     /// Whether a wait that found too few stores answering keeps trying, and if so the pause
-    /// before it tries again. It does when it may wait (not `-n`, budget left), nothing
-    /// refused it, and a majority of the stores have answered this process before: then this
-    /// is the stores' own life (a restart, a failover, an election), not a wrong URL.
+    /// before it tries again. It does when it may wait (not `-n`, budget left), every failure
+    /// was an outage, and a majority of the stores are known to this process (they answered
+    /// when opened, or served an attempt or a read since): then this is the stores' own life
+    /// (a restart, a failover, an election), not a wrong URL.
     fn ride_out(
         &self,
         wait: Wait,
         give_up_at: Option<Instant>,
         errors: &[(usize, StoreError)],
     ) -> Option<Duration> {
-        if matches!(wait, Wait::No)
-            || errors
-                .iter()
-                .any(|(_, e)| matches!(e.kind(), ErrorKind::Refused | ErrorKind::Invalid))
-            || self.reach.ever_answered() < self.majority()
-        {
+        let known = (0..self.stores.len())
+            .filter(|&i| self.reach.has_served(i) || self.stores[i].reached())
+            .count();
+        // Only an outage is ridden out: not a refusal, a usage error or an answer this
+        // version cannot read (a URL naming some other service).
+        let outage = errors
+            .iter()
+            .all(|(_, e)| matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::LeaseGone));
+        if matches!(wait, Wait::No) || !outage || known < self.majority() {
             return None;
         }
         let pause = timing::jitter(self.store_timeout.min(MAX_POLL), 0.5);
@@ -507,6 +514,9 @@ impl Engine {
             let (mut free, mut held, mut errors) = (0, 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
             for (i, r) in results {
+                if r.is_ok() {
+                    self.reach.served(i);
+                }
                 match r {
                     Ok(st) if st.holders.is_empty() => free += 1,
                     Ok(st) => {

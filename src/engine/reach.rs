@@ -2,7 +2,8 @@
 //! it, and since when it has not. Every call the engine makes updates it (`Engine::fan_out_until`).
 //!
 //! It decides one thing, whether a wait rides out an outage: only once a majority of the stores
-//! have answered this process is an unreachable store taken for a store's own life (a restart,
+//! have served this process (answered an attempt or a read) is an unreachable store taken for a
+//! store's own life (a restart,
 //! a failover, an election) rather than a mistake in its URL, so that a typo'd URL still fails
 //! fast and never hangs a cron job. It also tells whoever watches (the waiting line, `--events`)
 //! when a store goes away and comes back, without the engine knowing who that is.
@@ -17,7 +18,9 @@ use crate::store::{ErrorKind, StoreError};
 
 #[derive(Clone, Default)]
 struct State {
-    answered: bool,
+    /// The store has served this process: answered an attempt, a read or a renewal (not
+    /// only a clean-up release, which a store that refuses every grant still answers).
+    served: bool,
     /// Since when every call failed as unreachable (None: the last call was answered).
     down_since: Option<Instant>,
     /// The last failure, for the line that says why.
@@ -53,10 +56,14 @@ impl Reach {
         f(&mut s)
     }
 
+    /// Store `i` served a request: from now on it is known to be there.
+    pub(super) fn served(&self, i: usize) {
+        self.with(i, |s| s.served = true);
+    }
+
     /// Store `i` answered (whatever it said).
     pub(super) fn answered(&self, i: usize) {
         let back = self.with(i, |s| {
-            s.answered = true;
             s.error = None;
             s.down_since.take().is_some()
         });
@@ -83,11 +90,9 @@ impl Reach {
         }
     }
 
-    /// How many stores have answered this process at least once.
-    pub(super) fn ever_answered(&self) -> usize {
-        (0..self.stores.len())
-            .filter(|&i| self.with(i, |s| s.answered))
-            .count()
+    /// Whether store `i` has served this process.
+    pub(super) fn has_served(&self, i: usize) -> bool {
+        self.with(i, |s| s.served)
     }
 
     /// Since when store `i` has been unreachable, if it is.

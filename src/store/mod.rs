@@ -526,6 +526,16 @@ pub trait Store: Send + Sync {
     /// keys, never expires, and is never listed as a lock.
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 
+    /// Whether this store's server already answered this process when it was opened (a
+    /// connection accepted, a cluster's slot map read). The engine then takes a later failure
+    /// for the store's own life (a restart, a failover, an election) and lets a wait ride it
+    /// out, where a store that never answered is more likely a wrong URL and fails at once.
+    /// A store that does not contact its server at open keeps `false`: the engine then counts
+    /// it as known from its first answer to an attempt or a read.
+    fn reached(&self) -> bool {
+        false
+    }
+
     /// Hints for `inspect` about how this store is set up (e.g. missing persistence).
     async fn warnings(&self) -> Vec<String> {
         Vec::new()

@@ -336,6 +336,11 @@ impl RedisServer {
         Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
     }
 
+    /// Whether this cluster node says the cluster is ok (serving every slot).
+    pub fn cluster_ok(&self) -> bool {
+        info(self, "CLUSTER INFO").contains("cluster_state:ok")
+    }
+
     /// Start a killed (or never restarted) server again on the same port and data directory.
     pub fn start_again(&mut self) {
         self.kill();

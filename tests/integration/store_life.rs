@@ -118,3 +118,39 @@ fn a_quorum_restarted_member_by_member_keeps_the_lease() {
     }
     assert_code(&finish(h, Duration::from_secs(30)), 0);
 }
+
+/// A Redis Cluster whose first seed is frozen (SIGSTOP) while it masters other slots: a new
+/// process asks every seed at once and uses the first that answers, so `run -n` still works,
+/// while the frozen master still holds its slots and after its replica took them over.
+#[test]
+fn a_frozen_cluster_seed_does_not_stop_a_new_process() {
+    use crate::common::redis::RedisCluster;
+    let cluster = RedisCluster::start(3, 1);
+    let key = "dlock:{default:job}:h";
+    let owner = cluster.master_of(key);
+    let frozen = (0..cluster.nodes.len())
+        .find(|&i| i != owner && cluster.is_master(i))
+        .unwrap();
+    let mut hosts = vec![format!("127.0.0.1:{}", cluster.nodes[frozen].port)];
+    hosts.extend(
+        (0..cluster.nodes.len())
+            .filter(|&i| i != frozen)
+            .map(|i| format!("127.0.0.1:{}", cluster.nodes[i].port)),
+    );
+    let env = Env::with_stores(vec![format!("redis+cluster://{}", hosts.join(","))]);
+    let run = || env.run(&["run", "job", "-n", "--", "true"]);
+    cluster.nodes[frozen].pause();
+    // Before the other nodes count it failed (the node timeout, 1 s here).
+    assert_code(&run(), 0);
+    // After its replica took over (a cluster with a failed master answers CLUSTERDOWN on
+    // every slot until then, whatever the client).
+    let live = (0..cluster.nodes.len()).find(|&i| i != frozen).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            cluster.try_master_of_without(key, frozen).is_some() && cluster.nodes[live].cluster_ok()
+        }),
+        "the frozen master's replica did not take over"
+    );
+    assert_code(&run(), 0);
+    cluster.nodes[frozen].resume();
+}

@@ -1,16 +1,16 @@
 //! One connection type for a single server and for a Redis Cluster, so the store's logic is
 //! written once. Scripts run by EVALSHA (loaded on NOSCRIPT); every key of one lock shares a
-//! hash tag, so in a cluster each script runs whole on the one master that owns the lock.
+//! hash tag, so in a cluster each script runs whole on the one master that owns the lock
+//! (and `WAIT` after it, in the same round trip, as on one server).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::cluster_async::ClusterConnection;
-
-use super::redial::{Redial, Retry};
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisResult, Value, cmd};
+
+use super::cluster::Cluster;
+use super::redial::{Redial, Retry};
 
 /// A Lua script with its SHA1, sent by hash and loaded when the server does not know it.
 pub struct Lua {
@@ -44,9 +44,9 @@ impl Lua {
 pub enum Conn {
     /// Dialled again when it breaks.
     Single(Redial),
-    /// The cluster client dials its nodes again itself, and refreshes its slot map when a
-    /// node moves a slot or fails.
-    Cluster(ClusterConnection),
+    /// Each node's connection is dialled again when it breaks; the slot map is read again
+    /// when a slot moves or a master fails.
+    Cluster(Cluster),
 }
 
 fn no_script(e: &redis::RedisError) -> bool {
@@ -54,19 +54,27 @@ fn no_script(e: &redis::RedisError) -> bool {
 }
 
 impl Conn {
-    /// Send a command that is safe to send again (every caller's is: reads, and writes that
-    /// are idempotent).
+    /// Send a command about the server, not a key (any master of a cluster answers), that is
+    /// safe to send again.
     pub(super) async fn query<T: redis::FromRedisValue>(&self, c: &Cmd) -> RedisResult<T> {
-        self.query_once(c, Retry::Safe).await
+        let run = |mut s: MultiplexedConnection| async move { c.query_async(&mut s).await };
+        match self {
+            Conn::Single(r) => r.run(Retry::Safe, run).await,
+            Conn::Cluster(cl) => cl.on_any(run).await,
+        }
     }
 
-    async fn query_once<T: redis::FromRedisValue>(&self, c: &Cmd, retry: Retry) -> RedisResult<T> {
+    /// Send a command on `key` (to its slot's master in a cluster).
+    pub(super) async fn query_key<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        c: &Cmd,
+        retry: Retry,
+    ) -> RedisResult<T> {
+        let run = |mut s: MultiplexedConnection| async move { c.query_async(&mut s).await };
         match self {
-            Conn::Single(r) => {
-                r.run(retry, |mut s| async move { c.query_async(&mut s).await })
-                    .await
-            }
-            Conn::Cluster(s) => c.query_async(&mut s.clone()).await,
+            Conn::Single(r) => r.run(retry, run).await,
+            Conn::Cluster(cl) => cl.on_key(key, retry, run).await,
         }
     }
 
@@ -91,44 +99,27 @@ impl Conn {
         let mut by_hash = !cold.load(Ordering::Relaxed);
         loop {
             let call = lua.call(by_hash, keys, args);
-            let result = match (self, wait) {
-                (_, None) => self
-                    .query_once::<Value>(&call, retry)
+            let result = match wait {
+                None => self
+                    .query_key::<Value>(&keys[0], &call, retry)
                     .await
                     .map(|v| (v, None)),
-                (Conn::Single(r), Some((n, t))) => {
+                Some((n, t)) => {
                     let mut p = redis::pipe();
                     p.add_command(call)
                         .cmd("WAIT")
                         .arg(n)
                         .arg(t.as_millis() as u64);
                     let p = &p;
-                    r.run(retry, |mut s| async move {
+                    let run = |mut s: MultiplexedConnection| async move {
                         p.query_async::<(Value, i64)>(&mut s).await
-                    })
-                    .await
+                    };
+                    match self {
+                        Conn::Single(r) => r.run(retry, run).await,
+                        Conn::Cluster(cl) => cl.on_key(&keys[0], retry, run).await,
+                    }
                     .map(|(v, w)| (v, Some(w)))
                 }
-                (Conn::Cluster(s), Some((n, t))) => match self
-                    .query_once::<Value>(&call, retry)
-                    .await
-                {
-                    Ok(v) => {
-                        let route =
-                            Route::with_slot(Slot::for_key(keys[0].as_bytes()), SlotAddr::Master);
-                        let mut wait_cmd = cmd("WAIT");
-                        wait_cmd.arg(n).arg(t.as_millis() as u64);
-                        let acked = s
-                            .clone()
-                            .route_command(
-                                wait_cmd,
-                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                            )
-                            .await?;
-                        Ok((v, Some(redis::from_redis_value(acked)?)))
-                    }
-                    Err(e) => Err(e),
-                },
             };
             match result {
                 Err(e) if by_hash && no_script(&e) => {
@@ -144,56 +135,28 @@ impl Conn {
     pub async fn scan(&self, pattern: &str) -> RedisResult<Vec<String>> {
         match self {
             Conn::Single(r) => r.run(Retry::Safe, |s| scan_node(s, pattern)).await,
-            Conn::Cluster(s) => {
-                let nodes: String = self.query(&cmd("CLUSTER").arg("NODES").to_owned()).await?;
-                let mut keys = Vec::new();
-                for (host, port) in masters(&nodes) {
-                    let mut cursor: u64 = 0;
-                    loop {
-                        let mut c = cmd("SCAN");
-                        c.arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000);
-                        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                            host: host.clone(),
-                            port,
-                        });
-                        let reply = s.clone().route_command(c, routing).await?;
-                        let (next, batch): (u64, Vec<String>) = redis::from_redis_value(reply)?;
-                        keys.extend(batch);
-                        if next == 0 {
-                            break;
-                        }
-                        cursor = next;
-                    }
-                }
-                Ok(keys)
-            }
+            Conn::Cluster(cl) => Ok(cl
+                .on_masters(|s| scan_node(s, pattern))
+                .await?
+                .into_iter()
+                .flatten()
+                .collect()),
         }
     }
 
     /// `CONFIG GET appendonly` of every master: "yes" or "no" each.
     pub async fn appendonly(&self) -> RedisResult<Vec<String>> {
-        let mut get = cmd("CONFIG");
-        get.arg("GET").arg("appendonly");
+        let get = |mut s: MultiplexedConnection| async move {
+            let v: Vec<String> = cmd("CONFIG")
+                .arg("GET")
+                .arg("appendonly")
+                .query_async(&mut s)
+                .await?;
+            Ok(v.get(1).cloned())
+        };
         match self {
-            Conn::Single(_) => {
-                let v: Vec<String> = self.query(&get).await?;
-                Ok(v.get(1).cloned().into_iter().collect())
-            }
-            Conn::Cluster(s) => {
-                let routing = RoutingInfo::MultiNode((
-                    redis::cluster_routing::MultipleNodeRoutingInfo::AllMasters,
-                    None,
-                ));
-                let reply = s.clone().route_command(get, routing).await?;
-                Ok(collect_strings(reply)
-                    .into_iter()
-                    .filter(|s| s == "yes" || s == "no")
-                    .collect())
-            }
+            Conn::Single(r) => Ok(r.run(Retry::Safe, get).await?.into_iter().collect()),
+            Conn::Cluster(cl) => Ok(cl.on_masters(get).await?.into_iter().flatten().collect()),
         }
     }
 }
@@ -215,54 +178,5 @@ async fn scan_node(mut s: MultiplexedConnection, pattern: &str) -> RedisResult<V
             return Ok(keys);
         }
         cursor = next;
-    }
-}
-
-/// Masters' addresses from `CLUSTER NODES` (skipping failed ones).
-fn masters(nodes: &str) -> Vec<(String, u16)> {
-    nodes
-        .lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let flags = f.get(2)?;
-            if !flags.contains("master") || flags.contains("fail") {
-                return None;
-            }
-            let addr = f.get(1)?.split('@').next()?;
-            let (host, port) = addr.rsplit_once(':')?;
-            Some((host.to_string(), port.parse().ok()?))
-        })
-        .collect()
-}
-
-fn collect_strings(v: Value) -> Vec<String> {
-    match v {
-        Value::Array(items) | Value::Set(items) => {
-            items.into_iter().flat_map(collect_strings).collect()
-        }
-        Value::Map(pairs) => pairs
-            .into_iter()
-            .flat_map(|(_, v)| collect_strings(v))
-            .collect(),
-        other => redis::from_redis_value::<String>(other)
-            .into_iter()
-            .collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn masters_are_read_from_cluster_nodes() {
-        let nodes = "a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n\
-                     b2 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922\n\
-                     c3 127.0.0.1:7003@17003 slave b2 0 0 2 connected\n\
-                     d4 127.0.0.1:7004@17004 master,fail - 0 0 3 disconnected\n";
-        assert_eq!(
-            masters(nodes),
-            vec![("127.0.0.1".into(), 7001), ("127.0.0.1".into(), 7002)]
-        );
     }
 }

@@ -14,6 +14,7 @@
 //! counts as failed). It cannot help against a replica promoted while lagging behind a write
 //! it never confirmed, nor against clock differences between the old and the new master.
 
+mod cluster;
 mod conn;
 mod connect;
 mod doctor;
@@ -28,7 +29,7 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
-use connect::{certificates, client, connection_info, nat_map};
+use connect::{client, connection_info, nat_map};
 use redial::{Redial, Retry};
 
 use super::url::ServerUrl;
@@ -105,7 +106,7 @@ pub fn classify(e: RedisError) -> StoreError {
         StoreError::unavailable(format!("cannot reach the server: {e}"))
     } else if matches!(
         e.code(),
-        Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+        Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MOVED" | "ASK")
     ) {
         // The server's own life: loading its data after a restart, a cluster mid-failover.
         StoreError::unavailable(format!("the server is not ready: {e}"))
@@ -168,29 +169,32 @@ impl RedisStore {
             .iter()
             .map(|info| client(tls.as_ref(), info.clone()))
             .collect::<StoreResult<Vec<_>>>()?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
         let conn = if cluster {
-            let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2);
-            if let Some(m) = nat_map {
-                b = b.node_address_map(m);
-            }
-            if let Some(u) = &url.user {
-                b = b.username(u);
-            }
-            if let Some(p) = &url.password {
-                b = b.password(p);
-            }
-            if let Some(files) = &tls {
-                b = b.tls(redis::TlsMode::Secure).certs(certificates(files));
-            }
-            let client = b.build().map_err(classify)?;
-            Conn::Cluster(client.get_async_connection().await.map_err(classify)?)
+            let seeds = url
+                .hosts
+                .iter()
+                .map(|h| redis::cluster::NodeAddress::new(h.host.clone(), h.port))
+                .collect();
+            let template = url.clone();
+            let dial: cluster::Dialer = Box::new(move |a| {
+                let host = crate::store::url::HostPort {
+                    host: a.host().to_string(),
+                    port: a.port(),
+                };
+                connection_info(&template, &host, true)
+                    .and_then(|info| client(tls.as_ref(), info))
+                    .map_err(|e| RedisError::from(std::io::Error::other(format!("{a}: {e}"))))
+            });
+            let map = nat_map.unwrap_or_default();
+            Conn::Cluster(
+                cluster::Cluster::open(seeds, dial, config, map, timeout)
+                    .await
+                    .map_err(classify)?,
+            )
         } else {
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(None);
             Conn::Single(
                 Redial::open(subscribe_via[0].clone(), config)
                     .await
@@ -452,6 +456,11 @@ impl Store for RedisStore {
         &self.desc
     }
 
+    /// Opening connected to the server, or read a cluster's slot map from a node.
+    fn reached(&self) -> bool {
+        true
+    }
+
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.record_shard_list(tag, write).await
     }
@@ -510,30 +519,41 @@ impl Store for RedisStore {
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        // In a cluster a publish reaches subscribers on every node: subscribe on every
+        // candidate at once and keep the first that answers, so a frozen seed costs nothing.
+        let candidates: Vec<StoreResult<Client>> = match &self.conn {
+            Conn::Cluster(c) => c
+                .subscribe_candidates(&self.keys(&req.names[0])[0])
+                .into_iter()
+                .map(|r| r.map_err(classify))
+                .collect(),
+            Conn::Single(_) => vec![Ok(self.subscribe_via[0].clone())],
+        };
+        let channel = format!("dlock:wake:{}", req.token);
+        let mut pending: futures_util::stream::FuturesUnordered<_> = candidates
+            .into_iter()
+            .map(|c| {
+                let channel = channel.clone();
+                async move {
+                    let mut pubsub = c?.get_async_pubsub().await.map_err(classify)?;
+                    pubsub.subscribe(channel).await.map_err(classify)?;
+                    Ok::<_, StoreError>(pubsub)
+                }
+            })
+            .collect();
         let mut last = None;
-        let mut pubsub = None;
-        for client in &self.subscribe_via {
-            match client.get_async_pubsub().await {
-                Ok(p) => {
-                    pubsub = Some(p);
-                    break;
+        while let Some(r) = pending.next().await {
+            match r {
+                Ok(pubsub) => {
+                    return Ok(Box::new(Wakeup {
+                        pubsub,
+                        ended: false,
+                    }));
                 }
                 Err(e) => last = Some(e),
             }
         }
-        let Some(mut pubsub) = pubsub else {
-            return Err(last
-                .map(classify)
-                .unwrap_or_else(|| StoreError::unavailable("no node to subscribe on")));
-        };
-        pubsub
-            .subscribe(format!("dlock:wake:{}", req.token))
-            .await
-            .map_err(classify)?;
-        Ok(Box::new(Wakeup {
-            pubsub,
-            ended: false,
-        }))
+        Err(last.unwrap_or_else(|| StoreError::unavailable("no node to subscribe on")))
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {

@@ -68,6 +68,15 @@ impl Redial {
         })
     }
 
+    /// Dial on first use (a cluster node learnt from the slot map).
+    pub fn lazy(client: Client, config: AsyncConnectionConfig) -> Redial {
+        Redial {
+            client,
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
     /// The connection in use, dialling a new one if it broke (unless a dial failed moments
     /// ago: then fail at once, and let the caller's own pace decide when to ask again).
     async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {

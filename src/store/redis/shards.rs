@@ -5,6 +5,7 @@
 use redis::cmd;
 
 use super::RedisStore;
+use super::redial::Retry;
 use crate::store::{StoreError, StoreResult, TagWrite};
 
 /// Set if absent and read back, in one atomic round trip on any Redis version (`SET NX GET`
@@ -23,13 +24,15 @@ impl RedisStore {
             TagWrite::IfAbsent => {
                 let mut c = cmd("EVAL");
                 c.arg(IF_ABSENT).arg(1).arg(&key).arg(tag);
-                self.conn.query::<Option<String>>(&c).await
+                self.conn
+                    .query_key::<Option<String>>(&key, &c, Retry::Safe)
+                    .await
             }
             TagWrite::Replace => {
                 let mut c = cmd("SET");
                 c.arg(&key).arg(tag);
                 self.conn
-                    .query::<()>(&c)
+                    .query_key::<()>(&key, &c, Retry::Safe)
                     .await
                     .map(|()| Some(tag.to_string()))
             }
