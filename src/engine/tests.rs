@@ -209,7 +209,9 @@ async fn a_lagging_store_that_cannot_be_raised_does_not_count() {
     let m = stores();
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let names = vec!["job".to_string()];
-    m[1].raise_fence(&names, &[100]).await.unwrap();
+    // Ahead of the clock m0's first fence starts from, by 1000 s.
+    let ahead = crate::store::fence_floor_now() + 1_000_000_000;
+    m[1].raise_fence(&names, &[ahead]).await.unwrap();
     faulty[0].set_for(Op::Raise, Fault::Error(ErrorKind::Unavailable));
     faulty[2].set(Fault::Error(ErrorKind::Unavailable));
     let req = request(TTL);

@@ -215,11 +215,14 @@ impl Recall {
     };
 }
 
-/// The floor of every fence a store that can forget hands out: microseconds since
-/// 2020-01-01 UTC by the store's own wall clock. A new fence is max(counter + 1, floor), so
-/// fences still rise within one microsecond, and a store that lost its counters starts again
-/// above every fence it handed out before, as long as its clock did not step back. Values stay
-/// below 2^53 (exact as JSON numbers) until the year 2305.
+/// The first fence a store that can forget hands out on a name it has no count of (a new
+/// name, or one whose record it lost): microseconds since 2020-01-01 UTC by the store's own
+/// wall clock; later grants count up by one. A name is never granted more than once a
+/// microsecond, so the count stays below the clock, and a store that lost its counters starts
+/// again above every fence it handed out before, as long as its clock did not step back. The
+/// count is kept as before, so members of a quorum stay in step (no raise per grant) and
+/// counters from before this rule keep rising. Values stay below 2^53 (exact as JSON
+/// numbers) until the year 2305.
 pub fn fence_floor(unix_micros: u64) -> u64 {
     unix_micros.saturating_sub(FENCE_EPOCH_SECS * 1_000_000)
 }

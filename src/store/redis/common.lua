@@ -9,8 +9,8 @@
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- The least fence a grant hands out: microseconds since 2020-01-01 by this server's clock,
--- so a server that lost its counters still hands out more than before (store::fence_floor).
+-- The first fence of a name this server has no count of: microseconds since 2020-01-01 by
+-- its clock, so a server that lost its counters still hands out more than before.
 local floor = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local n = #KEYS / 4
 
@@ -19,7 +19,9 @@ local function keys(i)
 end
 
 local function parse(v)
-  local d, f, m = string.match(v, '^(%d+)|(%d+)|([^|]*)|')
+  -- Any fence text: a client before fences were floored at the clock wrote a fence this
+  -- long with an exponent; its holder must still expire and be released here.
+  local d, f, m = string.match(v, '^(%d+)|([^|]*)|([^|]*)|')
   return tonumber(d), tonumber(f), m
 end
 
