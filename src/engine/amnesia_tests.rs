@@ -124,7 +124,7 @@ async fn a_single_store_that_forgot_still_hands_out_higher_fences() {
         e.release(&l.req.names, &l.req.token).await;
     }
     m[0].forget();
-    // A restart takes real time; the floor is the store's wall clock in microseconds.
+    // A restart takes real time; the floor is the store's wall clock in whole milliseconds.
     std::thread::sleep(Duration::from_millis(2));
     let l = e
         .acquire(&request(Duration::from_secs(5)), Wait::No)

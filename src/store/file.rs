@@ -329,13 +329,9 @@ impl Store for FileStore {
             let mut granted = Vec::with_capacity(states.len());
             let mut changed = Vec::with_capacity(states.len());
             for ((name, mode), mut st) in req.each().zip(states) {
-                // A name without a count (new, or its file wiped) starts at the wall clock,
-                // not CLOCK_BOOTTIME, which starts again at every boot.
-                st.fence = if st.fence == 0 {
-                    fence_floor_now()
-                } else {
-                    st.fence + 1
-                };
+                // Floored at the wall clock, not CLOCK_BOOTTIME: that one starts again at
+                // every boot, and an emptied directory must not take the fences back.
+                st.fence = (st.fence + 1).max(fence_floor_now());
                 st.holders.push(Record {
                     token: req.token.clone(),
                     mode: mode.code(),

@@ -200,11 +200,7 @@ impl Store for MemoryStore {
                 .map(|(name, mode)| {
                     let l = locks.get_mut(name).expect("entered above");
                     l.waiters.retain(|(t, _)| *t != req.token);
-                    l.fence = if l.fence == 0 {
-                        fence_floor_now()
-                    } else {
-                        l.fence + 1
-                    };
+                    l.fence = (l.fence + 1).max(fence_floor_now());
                     l.holders.push(Hold {
                         token: req.token.clone(),
                         mode,

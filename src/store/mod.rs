@@ -215,16 +215,16 @@ impl Recall {
     };
 }
 
-/// The first fence a store that can forget hands out on a name it has no count of (a new
-/// name, or one whose record it lost): microseconds since 2020-01-01 UTC by the store's own
-/// wall clock; later grants count up by one. A name is never granted more than once a
-/// microsecond, so the count stays below the clock, and a store that lost its counters starts
-/// again above every fence it handed out before, as long as its clock did not step back. The
-/// count is kept as before, so members of a quorum stay in step (no raise per grant) and
-/// counters from before this rule keep rising. Values stay below 2^53 (exact as JSON
-/// numbers) until the year 2305.
+/// The floor of every fence a store that can forget hands out: its own wall clock since
+/// 2020-01-01 UTC in microseconds, counted in whole milliseconds. A new fence is
+/// max(counter + 1, floor): fences still rise within one millisecond, and a store that lost
+/// its counters (or went back to an older copy of them: a replica promoted, a restore) starts
+/// again above every fence it handed out before, as long as its clock did not step back; no
+/// restart takes less than a millisecond. Whole milliseconds keep the members of a quorum on
+/// one host mostly in step (each grant's floor agrees, so the bakery rule need not raise
+/// one). Values stay below 2^53 (exact as JSON numbers) until the year 2305.
 pub fn fence_floor(unix_micros: u64) -> u64 {
-    unix_micros.saturating_sub(FENCE_EPOCH_SECS * 1_000_000)
+    (unix_micros / 1000 * 1000).saturating_sub(FENCE_EPOCH_SECS * 1_000_000)
 }
 
 /// 2020-01-01T00:00:00Z in seconds since the Unix epoch (the Lua scripts use it too).

@@ -223,7 +223,7 @@ mod forgetting {
         let wiped = store.clone();
         let wipe: Wipe = Box::new(move || {
             wiped.forget();
-            // A restart takes time; the clock floor is in microseconds.
+            // A restart takes time; the clock floor moves in whole milliseconds.
             std::thread::sleep(Duration::from_millis(2));
             Box::pin(async {})
         });
@@ -245,6 +245,8 @@ mod forgetting {
         let wipe: Wipe = Box::new(move || {
             std::fs::remove_dir_all(&root).unwrap();
             std::fs::create_dir(&root).unwrap();
+            // As for the memory store: no wipe and restart take less than a millisecond.
+            std::thread::sleep(Duration::from_millis(2));
             Box::pin(async {})
         });
         let subject = by_url(url, Caps::default());

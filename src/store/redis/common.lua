@@ -9,9 +9,10 @@
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- The first fence of a name this server has no count of: microseconds since 2020-01-01 by
--- its clock, so a server that lost its counters still hands out more than before.
-local floor = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+-- The least fence a grant hands out: this server's clock since 2020-01-01 in microseconds,
+-- counted in whole milliseconds (store::fence_floor), so a server that lost its counters, or
+-- went back to an older copy of them, still hands out more than before.
+local floor = (tonumber(t[1]) - 1577836800) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
 local n = #KEYS / 4
 
 local function keys(i)

@@ -39,10 +39,7 @@ local out = {1}
 for i = 0, n - 1 do
   local h, f, w, wd = keys(i)
   local mode = mode_of[i + 1]
-  -- One more than the last, or on a name this server has no count of (new, or forgotten)
-  -- its clock: above every fence it handed out before (store::fence_floor).
-  local last = redis.call('HGET', f, 'fence')
-  local fence = last and tonumber(last) + 1 or floor
+  local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
   -- In full: Lua would write a number this long with an exponent.
   local fs = string.format('%.0f', fence)
   redis.call('HSET', f, 'fence', fs)
