@@ -15,6 +15,9 @@ use serde_json::json;
 use tokio::time::{Instant, timeout};
 
 use super::Ctx;
+
+#[path = "doctor_memory.rs"]
+mod memory;
 use crate::cli::DoctorArgs;
 use crate::exit::{Error, ExitCode, Result};
 use crate::store::{
@@ -35,6 +38,8 @@ struct Report {
     /// A `run` lease could be taken and released (the kind every quorum member must grant).
     #[serde(skip)]
     takes_run_leases: bool,
+    /// What the store remembers, and what a restart without its data would do now.
+    memory: Option<memory::Memory>,
 }
 
 impl Report {
@@ -74,6 +79,15 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         .collect();
     let (usable, total, need) = quorums[0];
     let mut host = Vec::new();
+    let mut reports = reports;
+    for (i, shard) in shards.iter().enumerate() {
+        let members: Vec<usize> = (0..stores.len()).filter(|&k| stores[k].0 == i).collect();
+        host.extend(memory::judge(
+            &mut reports,
+            &members,
+            shard.engine.majority(),
+        ));
+    }
     if let Err(e) = super::trust_clock() {
         host.push(Finding::new("host clock", Severity::Void, e.message));
     }
@@ -199,11 +213,13 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         clock_offset_ms: None,
         findings: Vec::new(),
         takes_run_leases: false,
+        memory: None,
     };
     // The first request is a `run` lease: a store whose session follows the first lease's
     // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
     // connection that is already up.
-    let run_lease = grant_and_release(store, scratch, query.ttl, false, limit).await;
+    let mut marked = None;
+    let run_lease = grant_and_release(store, scratch, query.ttl, false, limit, &mut marked).await;
     r.takes_run_leases = run_lease.is_ok();
     if let Err(e) = &run_lease
         && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Refused)
@@ -253,7 +269,8 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         }
     }
     // A real grant and release of each kind, on a name no one else uses.
-    let lock_lease = grant_and_release(store, scratch, query.ttl, true, limit).await;
+    let lock_lease = grant_and_release(store, scratch, query.ttl, true, limit, &mut None).await;
+    r.memory = memory::examine(store, scratch, marked, &r.findings, limit).await;
     for (kind, outcome) in [("a `run` lease", run_lease), ("a `lock` lease", lock_lease)] {
         let finding = match outcome {
             Ok(Some(true)) => Finding::new(
@@ -315,6 +332,7 @@ async fn grant_and_release(
     ttl: Duration,
     detached: bool,
     limit: Duration,
+    marked: &mut Option<bool>,
 ) -> crate::store::StoreResult<Option<bool>> {
     let req = Acquire {
         names: vec![scratch.to_string()],
@@ -324,10 +342,12 @@ async fn grant_and_release(
         meta: crate::meta::holder(&["dlock doctor".into()]),
         detached,
     };
-    let granted = bounded(limit, store.try_acquire(&req, false)).await;
+    let granted = bounded(limit, store.attempt(&req, false)).await;
     // Released whatever the answer: a grant whose answer was lost must not stay behind.
     let released = bounded(limit, store.release(&req.names, &req.token)).await;
-    match granted? {
+    let (granted, recall) = granted?;
+    *marked = recall.first().map(|r| r.marked);
+    match granted {
         Attempt::Granted(_) => released.map(Some),
         Attempt::Busy { .. } => Ok(None),
     }

@@ -5,11 +5,14 @@
 //! fence with the bakery rule, and wait for notifications between attempts. The engine knows
 //! stores only through `crate::store::Store`.
 
+mod amnesia;
 mod down;
 pub mod fence;
 mod reach;
 pub mod timing;
 
+#[cfg(test)]
+mod amnesia_tests;
 #[cfg(test)]
 mod tests;
 
@@ -271,16 +274,13 @@ impl Engine {
             let results = self
                 .fan_out_until(
                     &self.all(),
-                    |s| s.try_acquire(req, queued),
-                    |done| {
-                        let granted = done
-                            .iter()
-                            .filter(|(_, r)| matches!(r, Ok(Attempt::Granted(_))));
-                        granted.count() >= need
-                    },
+                    |s| s.attempt(req, queued),
+                    |done| amnesia::decided(done, need),
                     Duration::ZERO,
                 )
                 .await;
+            // Members that lost their data while others remember a live lease abstain.
+            let (results, verdict) = amnesia::judge(results);
             let (mut granted, mut busy, mut errors) = (Vec::new(), 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
             for (i, r) in results {
@@ -301,6 +301,9 @@ impl Engine {
             if granted.len() >= need
                 && let Some(lease) = self.settle(req, t0, &granted).await
             {
+                if !verdict.to_mark.is_empty() {
+                    self.fan_out(&verdict.to_mark, |s| s.mark(&req.names)).await;
+                }
                 return Ok(lease);
             }
             // Not held: give back what was granted, and whatever an erroring store may have
@@ -309,6 +312,7 @@ impl Engine {
                 .iter()
                 .map(|(i, _)| *i)
                 .chain(errors.iter().map(|(i, _)| *i))
+                .chain(verdict.abstained.iter().copied())
                 .collect();
             let split_vote = !granted.is_empty();
             if !dirty.is_empty() {
@@ -364,7 +368,10 @@ impl Engine {
             if let Some(g) = give_up_at {
                 pause = pause.min(g - now);
             }
-            if split_vote {
+            if !verdict.abstained.is_empty() {
+                // Our own give-backs wake the listeners: look again after the pause instead.
+                sleep(pause).await;
+            } else if split_vote {
                 // Contenders that split the stores between them back off by different amounts.
                 sleep(timing::jitter(
                     pause.min(self.store_timeout).min(Duration::from_millis(20)),

@@ -16,9 +16,11 @@ use crate::store::{Acquire, Attempt, ErrorKind, Mode, Store};
 const TTL: Duration = Duration::from_secs(30);
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Three in-memory stores.
+/// Three in-memory stores, in use for a while (each has the marker of "job": see `amnesia`).
 fn stores() -> Vec<MemoryStore> {
-    (0..3).map(|i| MemoryStore::new(format!("m{i}"))).collect()
+    (0..3)
+        .map(|i| MemoryStore::new(format!("m{i}")).remembering("job"))
+        .collect()
 }
 
 /// One client's view of the stores: its own fault wrapper around each.
@@ -171,17 +173,19 @@ async fn a_lagging_store_is_raised_before_the_fence_is_handed_out() {
     let m = stores();
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let names = vec!["job".to_string()];
+    // Ahead of the clock floor every fence starts from, by 1000 s.
+    let ahead = crate::store::fence_floor_now() + 1_000_000_000;
     for s in &m[1..] {
-        s.raise_fence(&names, &[100]).await.unwrap();
+        s.raise_fence(&names, &[ahead]).await.unwrap();
     }
     faulty[2].set(Fault::Error(ErrorKind::Unavailable));
-    // m0 (fence 0) and m1 (fence 100) grant: the lease's fence is m1's, and m0 is raised.
+    // m0 (at its clock floor) and m1 (ahead) grant: the lease's fence is m1's; m0 is raised.
     let first = engine
         .acquire(&request(TTL), Wait::No)
         .await
         .expect("m0, m1");
-    assert_eq!(first.grants[0].fence, 101);
-    assert!(m[0].inspect("job").await.unwrap().fence >= 101);
+    assert_eq!(first.grants[0].fence, ahead + 1);
+    assert!(m[0].inspect("job").await.unwrap().fence > ahead);
     engine.release(&names, &first.req.token).await;
     // Now m0 and m2 (still at 100) grant: m0's raised counter keeps the fence rising.
     faulty[2].set(Fault::None);
@@ -205,7 +209,9 @@ async fn a_lagging_store_that_cannot_be_raised_does_not_count() {
     let m = stores();
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let names = vec!["job".to_string()];
-    m[1].raise_fence(&names, &[100]).await.unwrap();
+    // Ahead of the clock m0's first fence starts from, by 1000 s.
+    let ahead = crate::store::fence_floor_now() + 1_000_000_000;
+    m[1].raise_fence(&names, &[ahead]).await.unwrap();
     faulty[0].set_for(Op::Raise, Fault::Error(ErrorKind::Unavailable));
     faulty[2].set(Fault::Error(ErrorKind::Unavailable));
     let req = request(TTL);

@@ -375,6 +375,34 @@ pub async fn fences_rise(subject: &Subject) {
     assert!(f[0].fence > last, "fence {} after {last}", f[0].fence);
 }
 
+/// Loses every lock, counter and marker of the store, as a restart without its data does (a
+/// Redis server started again empty, a file store's directory emptied). Only for stores a
+/// test can do that to, each on a store of its own: properties run at once.
+pub type Wipe = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A store that forgot everything still hands out a fence above every one it handed out
+/// before: fences are floored at the store's clock (the counters alone start again at 1).
+pub async fn fence_after_the_store_forgot_is_higher(subject: &Subject, wipe: Wipe) {
+    let ns = namespace("forgot");
+    let s = subject.client(&ns).await;
+    let mut top = 0;
+    for _ in 0..5 {
+        let r = exclusive("job");
+        top = top.max(grant(&*s, &r).await[0].fence);
+        release(&*s, &r).await;
+    }
+    within(wipe()).await;
+    // A new client, as the next process after the restart would be.
+    let s = subject.client(&ns).await;
+    assert_eq!(
+        inspect(&*s, "job").await.fence,
+        0,
+        "the store did not forget"
+    );
+    let f = grant(&*s, &exclusive("job")).await[0].fence;
+    assert!(f > top, "fence {f} after the store forgot, {top} before");
+}
+
 /// `raise_fence` lifts the counter (the quorum's bakery rule): the next grant hands out more
 /// than the raise; a raise below the counter lowers nothing.
 pub async fn raise_fence_lifts_the_next_fence(subject: &Subject) {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Acquire, Attempt, ErrorKind, Listener, LockState, Store, StoreError, StoreResult, TagWrite,
+    Acquire, Attempt, ErrorKind, Listener, LockState, Recall, Store, StoreError, StoreResult,
+    TagWrite,
 };
 
 /// What happens to a call.
@@ -103,6 +104,14 @@ impl Store for FaultyStore {
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         self.call(Op::Acquire, self.inner.try_acquire(req, queue))
             .await
+    }
+
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        self.call(Op::Acquire, self.inner.attempt(req, queue)).await
+    }
+
+    async fn mark(&self, names: &[String]) -> StoreResult<()> {
+        self.call(Op::Raise, self.inner.mark(names)).await
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {

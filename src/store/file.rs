@@ -27,7 +27,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Previous,
-    Store, StoreError, StoreResult, TagWrite,
+    Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
 };
 use crate::sys;
 
@@ -50,6 +50,9 @@ struct State {
     boot: String,
     #[serde(default)]
     holders: Vec<Record>,
+    /// The engine's marker (`Store::mark`): gone with the file when the directory is emptied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    mark: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -73,6 +76,19 @@ impl State {
         self.holders.retain(|h| h.deadline > now);
         if self.holders.len() < before {
             self.previous = Previous::Expired.as_str().into();
+        }
+    }
+
+    /// The marker, and how long the live holders run on (call after `purge`).
+    fn recall(&self, now: u64) -> Recall {
+        let left = self
+            .holders
+            .iter()
+            .map(|h| h.deadline.saturating_sub(now))
+            .max();
+        Recall {
+            marked: self.mark,
+            horizon: Duration::from_nanos(left.unwrap_or(0)),
         }
     }
 
@@ -283,15 +299,21 @@ impl Store for FileStore {
         self.record_shard_list(tag, write).await
     }
 
-    async fn try_acquire(&self, req: &Acquire, _queue: bool) -> StoreResult<Attempt> {
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        Ok(self.attempt(req, queue).await?.0)
+    }
+
+    async fn attempt(&self, req: &Acquire, _queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
         let req = req.clone();
         self.locked(move |fs| {
             let now = now_ns();
             let mut states = Vec::with_capacity(req.names.len());
             let mut retry_after: Option<u64> = None;
+            let mut recall = Vec::with_capacity(req.names.len());
             for (name, mode) in req.each() {
                 let mut st = fs.read(name)?;
                 st.purge(now, &fs.boot);
+                recall.push(st.recall(now));
                 if !mode.admits(st.modes()) {
                     let soonest = st.holders.iter().map(|h| h.deadline - now).min();
                     retry_after = retry_after.min(soonest).or(soonest);
@@ -299,14 +321,17 @@ impl Store for FileStore {
                 states.push(st);
             }
             if let Some(after) = retry_after {
-                return Ok(Attempt::Busy {
+                let busy = Attempt::Busy {
                     retry_after: Some(Duration::from_nanos(after)),
-                });
+                };
+                return Ok((busy, recall));
             }
             let mut granted = Vec::with_capacity(states.len());
             let mut changed = Vec::with_capacity(states.len());
             for ((name, mode), mut st) in req.each().zip(states) {
-                st.fence += 1;
+                // Floored at the wall clock, not CLOCK_BOOTTIME: that one starts again at
+                // every boot, and an emptied directory must not take the fences back.
+                st.fence = (st.fence + 1).max(fence_floor_now());
                 st.holders.push(Record {
                     token: req.token.clone(),
                     mode: mode.code(),
@@ -322,7 +347,23 @@ impl Store for FileStore {
                 changed.push((name.clone(), st));
             }
             fs.commit(&changed)?;
-            Ok(Attempt::Granted(granted))
+            Ok((Attempt::Granted(granted), recall))
+        })
+        .await
+    }
+
+    async fn mark(&self, names: &[String]) -> StoreResult<()> {
+        let names = names.to_vec();
+        self.locked(move |fs| {
+            let mut changed = Vec::new();
+            for name in &names {
+                let mut st = fs.read(name)?;
+                if !st.mark {
+                    st.mark = true;
+                    changed.push((name.clone(), st));
+                }
+            }
+            fs.commit(&changed)
         })
         .await
     }

@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Store, StoreResult,
-    TagWrite, Waiter,
+    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Recall, Store,
+    StoreResult, TagWrite, Waiter, fence_floor_now,
 };
 
 /// A handle on one in-memory store; clones share the same locks (two clients of one store).
@@ -39,6 +39,8 @@ struct Lock {
     previous: Previous,
     holders: Vec<Hold>,
     waiters: Vec<(String, Mode)>,
+    /// The engine's marker (`Store::mark`): gone with everything else when the store forgets.
+    marked: bool,
 }
 
 struct Hold {
@@ -61,6 +63,17 @@ impl Lock {
 
     fn live(&self, now: Instant) -> impl Iterator<Item = &Hold> {
         self.holders.iter().filter(move |h| h.deadline > now)
+    }
+
+    fn recall(&self, now: Instant) -> Recall {
+        Recall {
+            marked: self.marked,
+            horizon: self
+                .live(now)
+                .map(|h| h.deadline - now)
+                .max()
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -86,6 +99,21 @@ impl MemoryStore {
         // A panic in one test must not hide the state from the next assertion.
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut locks)
+    }
+
+    /// The same store with the engine's marker set on `name`, as a store in use for a while
+    /// has it (tests of the engine's other rules start from there).
+    pub fn remembering(self, name: &str) -> MemoryStore {
+        self.with(|locks| locks.entry(name.to_string()).or_default().marked = true);
+        self
+    }
+
+    /// Lose every lock, fence counter and marker at once, as a server restarted without its
+    /// data would (the shard-list record too). For tests of what a store that forgot does.
+    pub fn forget(&self) {
+        self.with(|locks| locks.clear());
+        *self.shard_list.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.woke();
     }
 
     fn woke(&self) {
@@ -133,13 +161,19 @@ impl Store for MemoryStore {
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        Ok(self.attempt(req, queue).await?.0)
+    }
+
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
         let now = Instant::now();
         Ok(self.with(|locks| {
             let mut soonest: Option<Duration> = None;
             let mut busy = false;
+            let mut recall = Vec::with_capacity(req.names.len());
             for (name, mode) in req.each() {
                 let l = locks.entry(name.clone()).or_default();
                 l.purge(now);
+                recall.push(l.recall(now));
                 if !mode.admits(l.holders.iter().map(|h| h.mode)) {
                     busy = true;
                     if let Some(left) = l.holders.iter().map(|h| h.deadline - now).min() {
@@ -156,16 +190,17 @@ impl Store for MemoryStore {
                         }
                     }
                 }
-                return Attempt::Busy {
+                let busy = Attempt::Busy {
                     retry_after: soonest,
                 };
+                return (busy, recall);
             }
             let granted = req
                 .each()
                 .map(|(name, mode)| {
                     let l = locks.get_mut(name).expect("entered above");
                     l.waiters.retain(|(t, _)| *t != req.token);
-                    l.fence += 1;
+                    l.fence = (l.fence + 1).max(fence_floor_now());
                     l.holders.push(Hold {
                         token: req.token.clone(),
                         mode,
@@ -180,8 +215,17 @@ impl Store for MemoryStore {
                     }
                 })
                 .collect();
-            Attempt::Granted(granted)
+            (Attempt::Granted(granted), recall)
         }))
+    }
+
+    async fn mark(&self, names: &[String]) -> StoreResult<()> {
+        self.with(|locks| {
+            for n in names {
+                locks.entry(n.clone()).or_default().marked = true;
+            }
+        });
+        Ok(())
     }
 
     async fn listen(&self, _req: &Acquire) -> StoreResult<Box<dyn Listener>> {

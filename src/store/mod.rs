@@ -193,6 +193,51 @@ pub struct Granted {
     pub started: Option<tokio::time::Instant>,
 }
 
+/// What a store that can lose its data (Redis without persistence, a wiped file store)
+/// remembers of one name at a grant attempt: the engine's amnesia rule (`engine::amnesia`)
+/// decides by it whether the store may vote. Stores that never forget keep the default
+/// `Store::attempt`, which answers `Recall::DURABLE` for every name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recall {
+    /// The name's marker was there: the engine set it (`Store::mark`) after a lease this store
+    /// voted for, and the store has not lost it since.
+    pub marked: bool,
+    /// How long the leases the store still holds on the name run on, by its own clock, not
+    /// counting the one this attempt may grant (its horizon).
+    pub horizon: Duration,
+}
+
+impl Recall {
+    /// A store whose data survives a restart: always marked.
+    pub const DURABLE: Recall = Recall {
+        marked: true,
+        horizon: Duration::ZERO,
+    };
+}
+
+/// The floor of every fence a store that can forget hands out: its own wall clock since
+/// 2020-01-01 UTC in microseconds, counted in whole milliseconds. A new fence is
+/// max(counter + 1, floor): fences still rise within one millisecond, and a store that lost
+/// its counters (or went back to an older copy of them: a replica promoted, a restore) starts
+/// again above every fence it handed out before, as long as its clock did not step back; no
+/// restart takes less than a millisecond. Whole milliseconds keep the members of a quorum on
+/// one host mostly in step (each grant's floor agrees, so the bakery rule need not raise
+/// one). Values stay below 2^53 (exact as JSON numbers) until the year 2305.
+pub fn fence_floor(unix_micros: u64) -> u64 {
+    (unix_micros / 1000 * 1000).saturating_sub(FENCE_EPOCH_SECS * 1_000_000)
+}
+
+/// 2020-01-01T00:00:00Z in seconds since the Unix epoch (the Lua scripts use it too).
+pub const FENCE_EPOCH_SECS: u64 = 1_577_836_800;
+
+/// `fence_floor` by this host's wall clock (the file and in-memory stores).
+pub fn fence_floor_now() -> u64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    fence_floor(micros)
+}
+
 #[derive(Clone, Debug)]
 pub enum Attempt {
     Granted(Vec<Granted>),
@@ -440,6 +485,20 @@ pub trait Store: Send + Sync {
     /// queue enqueues the waiter (once per token) and a store without one may register it
     /// for a wake-up.
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt>;
+
+    /// `try_acquire`, telling also what the store remembers of each name, in the order of
+    /// `req.names`, as it was before this attempt (see `Recall`). Stores that can lose their
+    /// data answer this from the same atomic operation as the grant.
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        let a = self.try_acquire(req, queue).await?;
+        Ok((a, vec![Recall::DURABLE; req.names.len()]))
+    }
+
+    /// Set the marker of each name (`Recall::marked`): the engine calls it once the store
+    /// voted for a lease while it lacked one, so that a later loss of its data shows.
+    async fn mark(&self, _names: &[String]) -> StoreResult<()> {
+        Ok(())
+    }
 
     /// Start listening for changes to `req.names` (before the next queued attempt, so that a
     /// release between the attempt and the wait is not missed).

@@ -16,6 +16,7 @@ mod cluster;
 mod common;
 mod contention;
 mod holder_tree;
+mod forget;
 mod lost_grant;
 mod partition;
 mod server_life;
@@ -269,6 +270,13 @@ enum Fault {
     FastRestart,
     /// Keep a database server down for 7 s while the clients wait for the lock.
     SqlDown,
+    /// Restart one server empty at once (the master of the name in a cluster; the file
+    /// store's state files wiped): see `forget`.
+    ForgetOne,
+    /// Restart two servers of a quorum empty, back to back.
+    ForgetTwo,
+    /// Restart two servers of a quorum empty, half a ttl apart.
+    ForgetTwoSpaced,
 }
 
 impl Fault {
@@ -295,6 +303,9 @@ impl Fault {
             Fault::MemberRestart => "member-restart",
             Fault::FastRestart => "fast-restart",
             Fault::SqlDown => "sql-down",
+            Fault::ForgetOne => "forget-one",
+            Fault::ForgetTwo => "forget-two",
+            Fault::ForgetTwoSpaced => "forget-two-spaced",
         }
     }
 
@@ -352,11 +363,13 @@ impl Setup {
         match name {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
-                faults: vec![HolderKill, HolderStop, ClockJump, WaiterKill, ClockRate],
+                faults: vec![
+                    HolderKill, HolderStop, ClockJump, WaiterKill, ClockRate, ForgetOne,
+                ],
                 min_ttl: short,
             },
-            // A single server cannot be restarted empty without losing its fence counter
-            // (README: fences need appendfsync always), so it only restarts from its AOF.
+            // A single server restarted empty (forget-one) keeps its fences rising (floored
+            // at its clock), but cannot be told from a first use: see `forget`.
             "redis" => Setup {
                 stores: Stores::Redis(redis(1)),
                 faults: vec![
@@ -371,6 +384,7 @@ impl Setup {
                     Delay,
                     WaiterKill,
                     ClockRate,
+                    ForgetOne,
                 ],
                 min_ttl: short,
             },
@@ -390,6 +404,9 @@ impl Setup {
                     Delay,
                     WaiterKill,
                     ClockRate,
+                    ForgetOne,
+                    ForgetTwo,
+                    ForgetTwoSpaced,
                 ],
                 min_ttl: short,
             },
@@ -409,6 +426,7 @@ impl Setup {
                     Delay,
                     WaiterKill,
                     ClockRate,
+                    ForgetOne,
                 ],
                 min_ttl: short,
             },
@@ -1230,6 +1248,13 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             Fault::MemberRestart | Fault::FastRestart => {
                 server_life::store_life(fault, &mut setup, n)
             }
+            Fault::ForgetOne | Fault::ForgetTwo | Fault::ForgetTwoSpaced => Injected {
+                fault,
+                victim: None,
+                at: None,
+                exit: None,
+                outcome: forget::inject(fault, &mut setup, run.cfg.ttl),
+            },
             f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };

@@ -213,3 +213,63 @@ conformance! {
     pgbouncer (paused: false) => pgbouncer();
     mariadb (paused: false) => mariadb();
 }
+
+/// `fence_after_the_store_forgot_is_higher` on the stores a test can wipe, each on a store of
+/// its own (the wipe would pull the data from under the other properties).
+mod forgetting {
+    use std::sync::Mutex;
+
+    use dlock::store::conformance::{Wipe, fence_after_the_store_forgot_is_higher};
+
+    use super::*;
+
+    #[test]
+    fn memory() {
+        let store = MemoryStore::new("memory");
+        let wiped = store.clone();
+        let wipe: Wipe = Box::new(move || {
+            wiped.forget();
+            // A restart takes time; the clock floor moves in whole milliseconds.
+            std::thread::sleep(Duration::from_millis(2));
+            Box::pin(async {})
+        });
+        let subject = Subject {
+            open: Box::new(move |_| {
+                let store: Arc<dyn Store> = Arc::new(store.clone());
+                Box::pin(async move { store })
+            }),
+            caps: Caps::default(),
+        };
+        runtime(true).block_on(fence_after_the_store_forgot_is_higher(&subject, wipe));
+    }
+
+    #[test]
+    fn file() {
+        let dir = temp_dir();
+        let root = dir.path().to_path_buf();
+        let url: &'static str = Box::leak(format!("file://{}", root.display()).into_boxed_str());
+        let wipe: Wipe = Box::new(move || {
+            std::fs::remove_dir_all(&root).unwrap();
+            std::fs::create_dir(&root).unwrap();
+            // As for the memory store: no wipe and restart take less than a millisecond.
+            std::thread::sleep(Duration::from_millis(2));
+            Box::pin(async {})
+        });
+        let subject = by_url(url, Caps::default());
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(&subject, wipe));
+    }
+
+    #[test]
+    fn redis() {
+        let server = Arc::new(Mutex::new(RedisServer::start()));
+        let url: &'static str = Box::leak(server.lock().unwrap().url().into_boxed_str());
+        let wipe: Wipe = Box::new(move || {
+            server.lock().unwrap().start_again_empty();
+            Box::pin(async {})
+        });
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(
+            &by_url(url, REDIS),
+            wipe,
+        ));
+    }
+}

@@ -65,23 +65,48 @@ fn a_single_redis_without_persistence_is_a_warning_not_a_void() {
 }
 
 #[test]
-fn a_quorum_member_without_persistence_voids_a_guarantee() {
+fn a_quorum_member_without_persistence_is_kept_out_by_the_engine() {
     let a = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let b = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let c = RedisServer::start();
-    let o = doctor(vec![a.url(), b.url(), c.url()], &[]);
-    assert_code(&o, 1);
+    let env = Env::with_stores(vec![a.url(), b.url(), c.url()]);
+    assert_code(&env.run(&["lock", "held", "--ttl", "60s"]), 0);
+    let o = env.run(&["doctor"]);
+    assert_code(&o, 0);
     let out = stdout(&o);
-    let void: Vec<&str> = out.lines().filter(|l| l.contains("VOID")).collect();
-    assert_eq!(void.len(), 1, "{out}");
-    assert!(void[0].contains("appendonly no in a quorum"), "{out}");
+    assert!(!out.contains("VOID"), "{out}");
+    assert!(!out.contains("amnesia"), "one member of three: {out}");
+    // The member without persistence would abstain for the lease the others hold.
+    let restart: Vec<&str> = out
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("restart"))
+        .collect();
+    assert_eq!(restart.len(), 3, "{out}");
+    assert!(restart[2].contains("abstain for up to"), "{out}");
+    assert!(restart[0].contains("keeps its data"), "{out}");
+    assert!(line(&out, "horizon").contains("run on for up to"), "{out}");
     assert!(
         out.contains("quorum: 3 of 3 store(s) usable, 2 needed"),
         "{out}"
     );
-    let err = stderr(&o);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("void a guarantee"), "{err}");
+    // The marker doctor left is there on its next run.
+    let again = stdout(&env.run(&["doctor"]));
+    assert!(line(&again, "marker").contains("present"), "{again}");
+}
+
+#[test]
+fn a_majority_that_can_forget_is_warned_about() {
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    let c = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let o = doctor(vec![a.url(), b.url(), c.url()], &[]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains("2 of 3 stores can lose their data on a restart"),
+        "{out}"
+    );
+    assert!(line(&out, "uptime").contains("run_id"), "{out}");
 }
 
 #[test]

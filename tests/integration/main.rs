@@ -14,6 +14,7 @@ mod doctor;
 mod engine_fences;
 mod etcd_member_cut;
 mod exclusion;
+mod forget;
 mod generated;
 mod job_control;
 mod lost_grant;

@@ -1,5 +1,6 @@
 //! What `dlock doctor` says of the file store: what its locks cover (this host only) and
-//! whether its fence counters survive a reboot (not on tmpfs, where the default lives).
+//! whether its fence counters survive a reboot (not on tmpfs, where the default lives; fences
+//! are floored at the wall clock all the same, which a reboot does not restart).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -24,8 +25,8 @@ impl FileStore {
                 "persistence",
                 Severity::Note,
                 "on tmpfs: holders and fence counters are gone after a reboot (no holder \
-                 survives one either); use file:///var/lib/dlock for fences that rise across \
-                 reboots",
+                 survives one either); fences go on from the wall clock, so they rise across \
+                 reboots as long as the clock does not step back",
             ),
             Some(false) => Finding::new(
                 "persistence",

@@ -9,6 +9,10 @@
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The least fence a grant hands out: this server's clock since 2020-01-01 in microseconds,
+-- counted in whole milliseconds (store::fence_floor), so a server that lost its counters, or
+-- went back to an older copy of them, still hands out more than before.
+local floor = (tonumber(t[1]) - 1577836800) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
 local n = #KEYS / 4
 
 local function keys(i)
@@ -16,7 +20,9 @@ local function keys(i)
 end
 
 local function parse(v)
-  local d, f, m = string.match(v, '^(%d+)|(%d+)|([^|]*)|')
+  -- Any fence text: a client before fences were floored at the clock wrote a fence this
+  -- long with an exponent; its holder must still expire and be released here.
+  local d, f, m = string.match(v, '^(%d+)|([^|]*)|([^|]*)|')
   return tonumber(d), tonumber(f), m
 end
 
@@ -65,4 +71,15 @@ local function wake(w, wd)
     end
     unwait(w, wd, first)
   end
+end
+
+-- What this server remembers of a name (engine::amnesia): whether the engine's marker is
+-- there, and how long the live holders run on (0 if none).
+local function recall(h, f)
+  local horizon = 0
+  for _, v in ipairs(redis.call('HVALS', h)) do
+    local d = parse(v)
+    if d > now and d - now > horizon then horizon = d - now end
+  end
+  return redis.call('HEXISTS', f, 'mark'), horizon
 end

@@ -15,10 +15,23 @@ impl RedisStore {
             .query(cmd("INFO").arg("server"))
             .await
             .map_err(classify)?;
-        h.version = first_text(info)
-            .as_deref()
+        let info = first_text(info);
+        let info = info.as_deref();
+        h.version = info
             .and_then(|i| field(i, "redis_version"))
             .map(|v| format!("Redis {v}"));
+        // A cross-check of a restart: a new run_id, and a short uptime.
+        if let (Some(up), Some(id)) = (
+            info.and_then(|i| field(i, "uptime_in_seconds")),
+            info.and_then(|i| field(i, "run_id")),
+        ) {
+            let id: String = id.chars().take(8).collect();
+            h.findings.push(Finding::new(
+                "uptime",
+                Severity::Ok,
+                format!("up for {up}s (run_id {id}...)"),
+            ));
+        }
         let before = wall_ms();
         let (secs, micros): (i64, i64) = self.conn.query(&cmd("TIME")).await.map_err(classify)?;
         let after = wall_ms();
@@ -27,9 +40,11 @@ impl RedisStore {
         Ok(h)
     }
 
-    /// A server that restarts empty forgets its holders and its fence counters: in a quorum
-    /// that lets a restarted member grant a lock a majority still holds (with one more
-    /// failure); alone, the holder learns of it only at its next renewal.
+    /// A server that restarts empty forgets its holders and its fence counters. Its fences
+    /// go on from its clock all the same; in a quorum the engine keeps it out of the vote
+    /// until the leases the other members hold have run out (`engine::amnesia`), which a
+    /// majority restarting empty at once defeats; alone, a new holder may enter before the
+    /// old one learns of it at its next renewal.
     async fn persistence(&self, q: HealthQuery) -> Finding {
         let appendonly = match self.conn.appendonly().await {
             Ok(v) => v,
@@ -44,18 +59,18 @@ impl RedisStore {
         if appendonly.iter().any(|a| a == "no") {
             let (severity, text) = if q.in_quorum {
                 (
-                    Severity::Void,
-                    "appendonly no in a quorum: after a restart this server has forgotten its \
-                     holders and fence counters, so mutual exclusion and rising fences hold only \
-                     if it stays out for longer than the longest ttl; set appendonly yes with \
-                     appendfsync always",
+                    Severity::Warn,
+                    "appendonly no in a quorum: after a restart without its data this server \
+                     stays out of the vote until the other members' leases have run out, and \
+                     its fences go on from its clock; a majority restarting empty at once is \
+                     beyond that: set appendonly yes with appendfsync always",
                 )
             } else {
                 (
                     Severity::Warn,
-                    "appendonly no: a restart forgets the holders (each learns it at its next \
-                     renewal) and the fence counters (fences start again from 1); set \
-                     appendonly yes with appendfsync always",
+                    "appendonly no: a restart forgets the holders (a new holder may enter before \
+                     the old one learns it at its next renewal); fences go on from the server's \
+                     clock; set appendonly yes with appendfsync always",
                 )
             };
             return Finding::new("persistence", severity, text);

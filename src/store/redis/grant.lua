@@ -1,13 +1,17 @@
 -- ARGV: token, modes (one per name, space-separated), ttl_ms, meta, queue (1: register as a
 -- waiter if busy), waiter_ttl_ms
--- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1}.
+-- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1};
+-- either followed by each name's marker (1/0) and horizon in ms, before this grant.
 local token, ttl, meta = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 local mode_of = {}
 for m in string.gmatch(ARGV[2], '%S+') do mode_of[#mode_of + 1] = m end
 local busy, retry = false, nil
+local memo = {}
 for i = 0, n - 1 do
   local h, f = keys(i)
   local modes, soonest = purge(h, f)
+  local marked, horizon = recall(h, f)
+  memo[#memo + 1], memo[#memo + 2] = marked, horizon
   if not admits(mode_of[i + 1], modes) then
     busy = true
     if soonest and (not retry or soonest < retry) then retry = soonest end
@@ -29,18 +33,22 @@ if busy then
       redis.call('PEXPIRE', wd, tonumber(ARGV[6]))
     end
   end
-  return {0, retry or -1}
+  return {0, retry or -1, unpack(memo)}
 end
 local out = {1}
 for i = 0, n - 1 do
   local h, f, w, wd = keys(i)
   local mode = mode_of[i + 1]
-  local fence = redis.call('HINCRBY', f, 'fence', 1)
-  redis.call('HSET', h, token, (now + ttl) .. '|' .. fence .. '|' .. mode .. '|' .. meta)
+  local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
+  -- In full: Lua would write a number this long with an exponent.
+  local fs = string.format('%.0f', fence)
+  redis.call('HSET', f, 'fence', fs)
+  redis.call('HSET', h, token, (now + ttl) .. '|' .. fs .. '|' .. mode .. '|' .. meta)
   unwait(w, wd, token)
   -- A sharer let in may make room for the next sharer: pass the wake-up along.
   if mode ~= 'x' then wake(w, wd) end
   out[#out + 1] = fence
   out[#out + 1] = redis.call('HGET', f, 'previous') or 'none'
 end
+for _, v in ipairs(memo) do out[#out + 1] = v end
 return out

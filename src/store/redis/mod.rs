@@ -35,7 +35,7 @@ use redial::{Redial, Retry};
 use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState,
-    MAX_POLL, Mode, Previous, Store, StoreError, StoreResult, TagWrite, Waiter,
+    MAX_POLL, Mode, Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
 };
 
 macro_rules! script {
@@ -51,6 +51,7 @@ struct Scripts {
     force: Lua,
     raise: Lua,
     inspect: Lua,
+    mark: Lua,
     /// A server answered NOSCRIPT: send scripts whole from now on (see `Conn::eval`).
     cold: AtomicBool,
 }
@@ -64,6 +65,7 @@ impl Scripts {
             force: Lua::new(script!("force.lua")),
             raise: Lua::new(script!("raise.lua")),
             inspect: Lua::new(script!("inspect.lua")),
+            mark: Lua::new(script!("mark.lua")),
             cold: AtomicBool::new(false),
         }
     }
@@ -254,8 +256,9 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// One grant script for names that share a slot, each in its mode.
-    async fn grant(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+    /// One grant script for names that share a slot, each in its mode; with what the server
+    /// remembered of each name before it (`Recall`).
+    async fn grant(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
         let names = &req.names;
         let modes: Vec<String> = req.modes.iter().map(|m| m.code()).collect();
         let args = [
@@ -272,14 +275,28 @@ impl RedisStore {
         let reply: Vec<Value> = redis::from_redis_value(reply)
             .map_err(|e| StoreError::protocol(format!("unexpected answer: {e}")))?;
         let bad = || StoreError::protocol("malformed grant answer");
+        let mut reply = reply;
+        // The last two values per name: its marker and horizon.
+        let memo = reply.split_off(reply.len().saturating_sub(2 * names.len()));
+        let recall = memo
+            .chunks(2)
+            .map(|c| {
+                let int = |v: &Value| redis::from_redis_value::<i64>(v.clone()).map_err(|_| bad());
+                Ok(Recall {
+                    marked: int(&c[0])? == 1,
+                    horizon: Duration::from_millis(int(&c[1])?.max(0) as u64),
+                })
+            })
+            .collect::<StoreResult<Vec<Recall>>>()?;
         let mut it = reply.into_iter();
         let ok: i64 = redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
         if ok == 0 {
             let retry: i64 =
                 redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
-            return Ok(Attempt::Busy {
+            let busy = Attempt::Busy {
                 retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
-            });
+            };
+            return Ok((busy, recall));
         }
         let mut granted = Vec::with_capacity(names.len());
         while let (Some(f), Some(p)) = (it.next(), it.next()) {
@@ -291,7 +308,7 @@ impl RedisStore {
                 started: None,
             });
         }
-        if granted.len() != names.len() {
+        if granted.len() != names.len() || recall.len() != names.len() {
             return Err(bad());
         }
         if !replicated {
@@ -302,7 +319,7 @@ impl RedisStore {
                 self.wait_replicas.unwrap_or(0)
             )));
         }
-        Ok(Attempt::Granted(granted))
+        Ok((Attempt::Granted(granted), recall))
     }
 
     fn keys_of(&self, names: &[String]) -> Vec<String> {
@@ -449,6 +466,10 @@ impl Store for RedisStore {
     }
 
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        Ok(self.attempt(req, queue).await?.0)
+    }
+
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
         let groups = self.groups(&req.names);
         if groups.len() == 1 {
             return self.grant(req, queue).await;
@@ -456,14 +477,16 @@ impl Store for RedisStore {
         // Names on different cluster slots: one group at a time in canonical order, giving
         // back every earlier group when a later one is busy or fails (all or none).
         let mut granted = vec![None; req.names.len()];
+        let mut recall = vec![Recall::DURABLE; req.names.len()];
         let mut taken: Vec<String> = Vec::new();
         for idx in groups {
             let group: Vec<String> = idx.iter().map(|&i| req.names[i].clone()).collect();
             let attempt = self.grant(&req.part(&group), queue).await;
             match attempt {
-                Ok(Attempt::Granted(g)) => {
-                    for (&i, g) in idx.iter().zip(g) {
+                Ok((Attempt::Granted(g), rc)) => {
+                    for ((&i, g), rc) in idx.iter().zip(g).zip(rc) {
                         granted[i] = Some(g);
+                        recall[i] = rc;
                     }
                     taken.extend(group);
                 }
@@ -471,16 +494,28 @@ impl Store for RedisStore {
                     if !taken.is_empty() {
                         let _ = self.release(&taken, &req.token).await;
                     }
-                    return other;
+                    // A busy group's names are told as its answer has them; the rest as
+                    // remembered, which only ever makes the engine wait longer.
+                    return other.map(|(a, rc)| {
+                        for (&i, rc) in idx.iter().zip(rc) {
+                            recall[i] = rc;
+                        }
+                        (a, recall)
+                    });
                 }
             }
         }
-        Ok(Attempt::Granted(
-            granted
-                .into_iter()
-                .map(|g| g.expect("every group granted"))
-                .collect(),
-        ))
+        let granted = granted
+            .into_iter()
+            .map(|g| g.expect("every group granted"))
+            .collect();
+        Ok((Attempt::Granted(granted), recall))
+    }
+
+    async fn mark(&self, names: &[String]) -> StoreResult<()> {
+        self.each::<i64>(&self.scripts.mark, names, |_| Vec::new())
+            .await
+            .map(|_| ())
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
@@ -591,9 +626,9 @@ impl Store for RedisStore {
     async fn warnings(&self) -> Vec<String> {
         match self.conn.appendonly().await {
             Ok(v) if v.iter().any(|a| a == "no") => vec![
-                "runs without appendonly: a restart forgets its holders and fence counters; keep \
-                 a restarted server out for longer than the longest ttl, and for fences that never \
-                 go backwards set appendonly yes with appendfsync always"
+                "runs without appendonly: a restart forgets its holders (a quorum keeps such a \
+                 member out of the vote until the others' leases have run out; a lone server \
+                 cannot); fences go on from its clock; set appendonly yes with appendfsync always"
                     .to_string(),
             ],
             _ => Vec::new(),

@@ -1,0 +1,53 @@
+//! Stores that forget, at once and without warning: Redis servers restarted empty (one, or
+//! two in turn, back to back or spaced), the Redis Cluster master of the name restarted empty
+//! before its replica can take over (the replica then copies the empty master), and the file
+//! store's state files wiped. Nothing waits for the leases to run out first: the engine's
+//! amnesia rule keeps a quorum safe, and fences floored at the store's clock keep rising.
+//!
+//! A single store that forgot cannot be told from a first use: the section running at the
+//! fault may meet the next one until its holder's next renewal finds the lease gone (with the
+//! checker's short sections that is rare, and the record says so if it happens).
+
+use std::thread;
+use std::time::Duration;
+
+use crate::common::wait_for;
+use crate::{Fault, Setup, Stores, cluster};
+
+pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
+    match &mut setup.stores {
+        Stores::Redis(servers) => {
+            let two = fault != Fault::ForgetOne && servers.len() > 1;
+            servers[0].start_again_empty();
+            if two {
+                if fault == Fault::ForgetTwoSpaced {
+                    thread::sleep(ttl / 2);
+                }
+                servers[1].start_again_empty();
+            }
+            let n = if two { 2 } else { 1 };
+            format!("{n} of {} servers restarted empty", servers.len())
+        }
+        Stores::Cluster(c) => {
+            let old = c.master_of(&cluster::cluster_key());
+            // The fixture's nodes keep no data, only their cluster config: a plain restart,
+            // well inside the node timeout, brings the master back empty and still master.
+            c.nodes[old].restart();
+            let healthy = wait_for(Duration::from_secs(30), || c.healthy());
+            format!("master {old} restarted empty, cluster healthy {healthy}")
+        }
+        Stores::File(d) => {
+            // The state files and the journal; the flock file stays, as it must for any two
+            // processes at work to keep excluding each other.
+            let ns = d.path().join("default");
+            let mut n = 0;
+            for e in std::fs::read_dir(&ns).into_iter().flatten().flatten() {
+                if e.file_name() != ".lock" && std::fs::remove_file(e.path()).is_ok() {
+                    n += 1;
+                }
+            }
+            format!("{n} state files wiped")
+        }
+        _ => unreachable!("no forgetting fault on a durable store"),
+    }
+}
