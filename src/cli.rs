@@ -225,6 +225,10 @@ pub struct RunArgs {
     // word, since clap fills positionals in order, `--` or not.
     #[arg(value_name = "NAME")]
     pub name: Option<OsString>,
+    /// Whether NAME came before --any on the command line (set from the parse, not a flag):
+    /// then it is a name given alongside --any, a usage error, not the command.
+    #[arg(skip)]
+    pub name_before_any: bool,
     /// Take whichever of these names is free first (tried in a random rotation; waits on all
     /// of them); the command learns which from DLOCK_NAME. End the names with `--`.
     #[arg(long, value_name = "NAME", num_args = 1.., value_parser = names::parse_name)]

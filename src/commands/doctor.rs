@@ -3,8 +3,9 @@
 //! lease and a `lock` lease that outlives the process), the server's version and clock, the
 //! settings a restart's safety depends on, and whether the stores together make a majority.
 //!
-//! Exit: 0 healthy; 77 a store refused us; 69 a store is unreachable; 1 a setting voids a
-//! guarantee. (The worst wins in that order: a refusal needs a person, not a retry.)
+//! Exit: 0 healthy; 77 a store refused us; 69 a store is unreachable; 78 a store as it is set
+//! up can never serve some command (ZooKeeper without TTL nodes for `lock`); 1 a setting voids
+//! a guarantee. (The worst wins in that order: a refusal needs a person, not a retry.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,9 @@ struct Report {
     /// A `run` lease could be taken and released (the kind every quorum member must grant).
     #[serde(skip)]
     takes_run_leases: bool,
+    /// Some command can never work on this store as it is configured (exit 78 everywhere).
+    #[serde(skip)]
+    misconfigured: bool,
 }
 
 impl Report {
@@ -80,6 +84,7 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
 
     let refused = reports.iter().filter(|r| r.refused).count();
     let unreachable = reports.iter().filter(|r| !r.reachable).count();
+    let misconfigured = reports.iter().filter(|r| r.misconfigured).count();
     let void = reports
         .iter()
         .flat_map(|r| &r.findings)
@@ -95,6 +100,11 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         (
             ExitCode::Unavailable,
             format!("{unreachable} store(s) unreachable"),
+        )
+    } else if misconfigured > 0 {
+        (
+            ExitCode::Config,
+            format!("{misconfigured} store(s) set up so that a command can never work there"),
         )
     } else if void > 0 {
         (
@@ -199,6 +209,7 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         clock_offset_ms: None,
         findings: Vec::new(),
         takes_run_leases: false,
+        misconfigured: false,
     };
     // The first request is a `run` lease: a store whose session follows the first lease's
     // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
@@ -273,7 +284,8 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
             ),
             Err(e) => {
                 r.refused |= e.kind() == ErrorKind::Refused;
-                let severity = if e.kind() == ErrorKind::Unavailable {
+                r.misconfigured |= e.kind() == ErrorKind::Config;
+                let severity = if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Config) {
                     Severity::Void
                 } else {
                     Severity::Warn

@@ -111,6 +111,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
     let unreachable = results.len() - answered.len();
     let quorum = results.len() > 1;
     for (store, _, warnings) in &results {
+        if ctx.out.verbose()
+            && let Some(why) = crate::store::file::dir::explain(store)
+        {
+            ctx.out.notice(&format!("{store}: {why}"));
+        }
         if quorum {
             for w in warnings {
                 ctx.out.warn(&format!("{store} {w}"));

@@ -240,6 +240,7 @@ pub fn engine_error(e: EngineError) -> Error {
         EngineError::Unavailable(m) => Error::new(ExitCode::Unavailable, m),
         EngineError::Refused(m) => Error::new(ExitCode::Refused, m),
         EngineError::Invalid(m) => Error::new(ExitCode::Usage, m),
+        EngineError::Config(m) => Error::new(ExitCode::Config, m),
         EngineError::Lost(m) => Error::new(ExitCode::LockLost, m),
         EngineError::NotHolder => Error::new(ExitCode::Failure, e.to_string()),
     }

@@ -52,6 +52,9 @@ pub enum EngineError {
     /// What was asked cannot be done by a store as it is set up (a usage error).
     #[error("{0}")]
     Invalid(String),
+    /// A store's configuration can never allow what was asked (exit 78).
+    #[error("{0}")]
+    Config(String),
     /// The token does not hold the lock (on enough stores).
     #[error("the token does not hold the lock")]
     NotHolder,
@@ -301,7 +304,9 @@ impl Engine {
                 let outage = *unreachable_since.get_or_insert(now);
                 let grace = (self.store_timeout * 5).max(OUTAGE_GRACE);
                 let may_wait = give_up_at.is_none_or(|g| now < g) && !matches!(wait, Wait::No);
-                if listeners.is_some() && may_wait && now - outage < grace {
+                // A store set up so it can never grant is no outage to ride out.
+                let hopeless = errors.iter().any(|(_, e)| e.kind() == ErrorKind::Config);
+                if listeners.is_some() && may_wait && !hopeless && now - outage < grace {
                     sleep(timing::jitter(self.store_timeout, 0.5)).await;
                     continue;
                 }
@@ -578,6 +583,7 @@ impl Engine {
 fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
     let refused = errors.iter().any(|e| e.kind() == ErrorKind::Refused);
     let invalid = errors.iter().any(|e| e.kind() == ErrorKind::Invalid);
+    let config = errors.iter().any(|e| e.kind() == ErrorKind::Config);
     let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let mut msg = detail.join("; ");
     if n > 1 {
@@ -588,6 +594,10 @@ fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
     }
     if invalid {
         EngineError::Invalid(msg)
+    } else if config {
+        // Before refused: a setting to change says more than a permission, and neither is
+        // worth a retry.
+        EngineError::Config(msg)
     } else if refused {
         EngineError::Refused(msg)
     } else {

@@ -362,7 +362,7 @@ fn bad_shard_lists_are_usage_errors() {
         let mut c = env.cmd();
         c.args(&args).args(["lock", "x", "-n"]);
         if let Some(e) = &shards_env {
-            c.env("DLOCK_SHARDS", e);
+            c.env("DLOCK_SHARDS", e).env_remove("DLOCK_STORE");
         }
         let o = output_within(c, Duration::from_secs(30));
         assert_code(&o, 64);
@@ -376,6 +376,7 @@ fn bad_shard_lists_are_usage_errors() {
     // DLOCK_SHARDS as the list: two shards, and the name lands on one of them.
     let mut c = env.cmd();
     c.env("DLOCK_SHARDS", format!("{a};{b}"))
+        .env_remove("DLOCK_STORE")
         .args(["--json", "inspect", "x"]);
     let o = output_within(c, Duration::from_secs(30));
     assert_code(&o, 0);

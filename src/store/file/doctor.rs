@@ -18,6 +18,26 @@ impl FileStore {
             Severity::Note,
             "a file store's locks exclude the processes of this host only",
         ));
+        // Which directory, and why: a user's sessions meet only in the same one.
+        let root = self.0.desc.as_str();
+        h.findings.push(match super::dir::explain(root) {
+            Some(why) => Finding::new("directory", Severity::Ok, format!("{root}: {why}")),
+            None => Finding::new(
+                "directory",
+                Severity::Note,
+                format!("{root}: given by --store or DLOCK_STORE, not the default"),
+            ),
+        });
+        for old in super::dir::old_defaults() {
+            h.findings.push(Finding::new(
+                "directory",
+                Severity::Note,
+                format!(
+                    "{} is where dlock 0.1 kept its default store; this version does not read                      it: let locks held there by older dlock processes end, then remove it",
+                    old.display()
+                ),
+            ));
+        }
         let on_tmpfs = tmpfs(&self.0.dir);
         h.findings.push(match on_tmpfs {
             Some(true) => Finding::new(

@@ -180,7 +180,7 @@ pub fn classify(e: Error, doing: &str) -> StoreError {
         Error::InvalidAcl => StoreError::refused(format!(
             "refused: the server rejected the ACL while trying to {doing}"
         )),
-        Error::Unimplemented => StoreError::protocol(format!(
+        Error::Unimplemented => StoreError::config(format!(
             "cannot {doing}: the server does not implement the request; `lock` needs TTL nodes: \
              set extendedTypesEnabled=true in zoo.cfg (ZooKeeper 3.6 or later) and restart it"
         )),
