@@ -58,14 +58,29 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         .collect();
     let limit = shards[0].engine.store_timeout().max(Duration::from_secs(2));
     let scratch = scratch_name();
-    let reports: Vec<Report> = join_all(stores.iter().map(|(i, s)| {
-        let query = HealthQuery {
-            ttl: args.ttl,
-            in_quorum: shards[*i].engine.stores().len() > 1,
-        };
-        examine(s.as_ref(), &scratch, query, limit)
-    }))
-    .await;
+    let (mut reports, shard_records) = tokio::join!(
+        join_all(stores.iter().map(|(i, s)| {
+            let query = HealthQuery {
+                ttl: args.ttl,
+                in_quorum: shards[*i].engine.stores().len() > 1,
+            };
+            examine(s.as_ref(), &scratch, query, limit)
+        })),
+        ctx.shards.shard_records()
+    );
+    // A store that is a shard, used without --shard: every lock would be refused (issue 26).
+    for (store, fp) in shard_records {
+        if let Some(r) = reports.iter_mut().find(|r| r.store == store) {
+            r.findings.push(Finding::new(
+                "shards",
+                Severity::Void,
+                format!(
+                    "a shard of a shard list (fingerprint {fp}): without that list's --shard \
+                     flags lock, run and multilock are refused"
+                ),
+            ));
+        }
+    }
     // Per shard: stores usable, and how many are needed.
     let quorums: Vec<(usize, usize, usize)> = shards
         .iter()

@@ -131,11 +131,38 @@ pub async fn acquire_any(
     let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
     let token = (reqs.len() == 1).then(|| reqs[0].token.as_str());
     let mut waiting = Waiting::new(&ctx.out, &ctx.shards, &all, token, events);
-    let ended = tokio::select! {
-        r = first_granted(&ctx.shards, reqs, wait, &busy) => Ok(r),
-        sig = signals.recv() => Err(sig),
-        never = waiting.follow(busy_seen) => match never {},
+    // A plain client makes sure no store serves a shard list while its first attempt is under
+    // way (no round trip added; see `shard::plain`); sharded ones checked above.
+    let (ended, unsharded) = {
+        let mut granting = std::pin::pin!(first_granted(&ctx.shards, reqs, wait, &busy));
+        let mut follow = std::pin::pin!(waiting.follow(busy_seen));
+        let mut check = std::pin::pin!(ctx.shards.check_unsharded());
+        let mut checked: Option<Result<()>> = None;
+        let ended = loop {
+            tokio::select! {
+                r = &mut granting => break Ok(r),
+                sig = signals.recv() => break Err(sig),
+                never = &mut follow => match never {},
+                c = &mut check, if checked.is_none() => {
+                    let refused = c.is_err();
+                    checked = Some(c);
+                    if refused {
+                        break Err(0);
+                    }
+                }
+            }
+        };
+        let unsharded = match checked {
+            Some(c) => c,
+            None => check.await,
+        };
+        (ended, unsharded)
     };
+    if let Err(e) = unsharded {
+        waiting.finish(Outcome::GaveUp);
+        withdraw_all(ctx, reqs).await;
+        return Err(e);
+    }
     let withdraw = |except: Option<usize>| {
         join_all(
             reqs.iter()
@@ -253,6 +280,11 @@ fn took() -> String {
 
 pub fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
+}
+
+/// Withdraw every request: release what it holds or has queued.
+async fn withdraw_all(ctx: &Ctx, reqs: &[Acquire]) {
+    join_all(reqs.iter().map(|r| ctx.shards.release(&r.names, &r.token))).await;
 }
 
 /// The first of `reqs` to be granted, with its index; if none is, the last answer (every

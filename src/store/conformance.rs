@@ -764,7 +764,7 @@ pub async fn inspect_and_list_show_the_live_holders(subject: &Subject) {
 /// The shard-list record: the first write wins (also of two at once), later `IfAbsent`
 /// writes read it back unchanged, `Replace` overwrites it, and `list` never shows it.
 pub async fn shard_list_is_written_once(subject: &Subject) {
-    use super::TagWrite::{IfAbsent, Replace};
+    use super::TagWrite::{IfAbsent, Read, Replace};
     let ns = namespace("shards");
     let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
     let tag = |what: &str| format!("{what}-{:08x}", rand::random::<u32>());
@@ -776,6 +776,17 @@ pub async fn shard_list_is_written_once(subject: &Subject) {
                 .unwrap_or_else(|e| panic!("shard_list: {e}"))
         }
     };
+    // A read writes nothing: "" before any record, and still "" after.
+    assert_eq!(
+        record(&s, tag("r"), Read).await,
+        "",
+        "a record before any write"
+    );
+    assert_eq!(
+        record(&t, tag("r"), Read).await,
+        "",
+        "a read wrote a record"
+    );
     let (a, b) = (tag("a"), tag("b"));
     let (got_a, got_b) = tokio::join!(
         record(&s, a.clone(), IfAbsent),
@@ -798,6 +809,7 @@ pub async fn shard_list_is_written_once(subject: &Subject) {
         d,
         "the replaced record"
     );
+    assert_eq!(record(&t, tag("f"), Read).await, d, "a read of the record");
     assert!(
         listed(&*s, "").await.is_empty(),
         "the record is listed as a lock"

@@ -435,6 +435,9 @@ pub enum TagWrite {
     /// Overwrite whatever is there (`dlock shards adopt`, once every client of the old list
     /// is stopped).
     Replace,
+    /// Write nothing; answer the record, or "" where there is none (a plain `--store` client
+    /// making sure the store serves no shard list, issue 26).
+    Read,
 }
 
 /// Wakes a waiter when a lock it waits for may have changed hands.
@@ -483,7 +486,7 @@ pub trait Store: Send + Sync {
 
     /// The namespace's shard-list record: the fingerprint of the shard list this store serves
     /// (see `crate::shard::record`). Write `tag` as `write` says, in one atomic operation,
-    /// and answer the record as it stands afterwards. It lives apart from every lock name's
+    /// and answer the record as it stands afterwards ("" for none, after `TagWrite::Read`). It lives apart from every lock name's
     /// keys, never expires, and is never listed as a lock.
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 

@@ -25,6 +25,14 @@ impl RedisStore {
                 c.arg(IF_ABSENT).arg(1).arg(&key).arg(tag);
                 self.conn.query::<Option<String>>(&c).await
             }
+            TagWrite::Read => {
+                let mut c = cmd("GET");
+                c.arg(&key);
+                return match self.conn.query::<Option<String>>(&c).await {
+                    Ok(record) => Ok(record.unwrap_or_default()),
+                    Err(e) => Err(self.explain(e).await),
+                };
+            }
             TagWrite::Replace => {
                 let mut c = cmd("SET");
                 c.arg(&key).arg(tag);

@@ -25,6 +25,13 @@ impl ZkStore {
                 let path = format!("{parent}/{ns}");
                 let opts = inner.opts(CreateMode::Persistent);
                 let err = |e| classify(e, "write the shard-list record");
+                if write == TagWrite::Read {
+                    return match c.get_data(&path).await {
+                        Ok((data, _)) => Ok(String::from_utf8_lossy(&data).into_owned()),
+                        Err(Error::NoNode) => Ok(String::new()),
+                        Err(e) => Err(classify(e, "read the shard-list record")),
+                    };
+                }
                 c.mkdir(&parent, &opts).await.map_err(err)?;
                 match c.create(&path, tag.as_bytes(), &opts).await {
                     Ok(_) => return Ok(tag),
