@@ -163,10 +163,11 @@ fn owned_by_us(root: &Path, meta: &fs::Metadata) -> StoreResult<()> {
         )))
     };
     if meta.file_type().is_symlink() {
-        return refuse(format!(
+        return refuse(
             "is a symlink (another user may have planted it): remove it, or give \
              --store file:///a/dir/of/yours"
-        ));
+                .to_string(),
+        );
     }
     if !meta.is_dir() {
         return refuse("is not a directory: remove it".to_string());
