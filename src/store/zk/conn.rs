@@ -88,6 +88,23 @@ impl Conn {
         Abort(self.handle.spawn(fut))
     }
 
+    /// The session another request opens (it picks the timeout), waiting up to `wait` for
+    /// it; then, if there is still none, one connected with `fallback`.
+    pub async fn shared_client(&self, wait: Duration, fallback: Duration) -> StoreResult<Client> {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(c) = self.client.lock().await.as_ref()
+                && !c.state().is_terminated()
+            {
+                return Ok(c.clone());
+            }
+            if tokio::time::Instant::now() >= until {
+                return self.client(fallback).await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The session, connected with `session_timeout` if there is none (or it has ended).
     pub async fn client(&self, session_timeout: Duration) -> StoreResult<Client> {
         let mut slot = self.client.lock().await;
