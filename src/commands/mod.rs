@@ -133,36 +133,28 @@ pub async fn acquire_any(
     let mut waiting = Waiting::new(&ctx.out, &ctx.shards, &all, token, events);
     // A plain client makes sure no store serves a shard list while its first attempt is under
     // way (no round trip added; see `shard::plain`); sharded ones checked above.
-    let (ended, unsharded) = {
+    let ended = {
         let mut granting = std::pin::pin!(first_granted(&ctx.shards, reqs, wait, &busy));
         let mut follow = std::pin::pin!(waiting.follow(busy_seen));
         let mut check = std::pin::pin!(ctx.shards.check_unsharded());
-        let mut checked: Option<Result<()>> = None;
+        let mut checked = false;
         let ended = loop {
             tokio::select! {
                 r = &mut granting => break Ok(r),
-                sig = signals.recv() => break Err(sig),
+                sig = signals.recv() => break Err(Stop::Signal(sig)),
                 never = &mut follow => match never {},
-                c = &mut check, if checked.is_none() => {
-                    let refused = c.is_err();
-                    checked = Some(c);
-                    if refused {
-                        break Err(0);
-                    }
-                }
+                c = &mut check, if !checked => match c {
+                    Ok(()) => checked = true,
+                    Err(e) => break Err(Stop::Refused(e)),
+                },
             }
         };
-        let unsharded = match checked {
-            Some(c) => c,
-            None => check.await,
-        };
-        (ended, unsharded)
+        match ended {
+            // Granted or given up before the check answered: it decides now.
+            Ok(r) if !checked => check.await.map(|()| r).map_err(Stop::Refused),
+            other => other,
+        }
     };
-    if let Err(e) = unsharded {
-        waiting.finish(Outcome::GaveUp);
-        withdraw_all(ctx, reqs).await;
-        return Err(e);
-    }
     let withdraw = |except: Option<usize>| {
         join_all(
             reqs.iter()
@@ -173,7 +165,12 @@ pub async fn acquire_any(
     };
     let (won, r) = match ended {
         Ok(r) => r,
-        Err(sig) => {
+        Err(Stop::Refused(e)) => {
+            waiting.finish(Outcome::GaveUp);
+            withdraw(None).await;
+            return Err(e);
+        }
+        Err(Stop::Signal(sig)) => {
             waiting.finish(Outcome::Interrupted);
             withdraw(None).await;
             return Err(Error::new(ExitCode::Raw(128 + sig), ""));
@@ -282,9 +279,12 @@ pub fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
-/// Withdraw every request: release what it holds or has queued.
-async fn withdraw_all(ctx: &Ctx, reqs: &[Acquire]) {
-    join_all(reqs.iter().map(|r| ctx.shards.release(&r.names, &r.token))).await;
+/// Why `acquire_any` stopped before a request ran to its end.
+enum Stop {
+    /// A stopping signal (its number) while waiting.
+    Signal(i32),
+    /// A plain client on a store that serves a shard list (`shard::plain`).
+    Refused(Error),
 }
 
 /// The first of `reqs` to be granted, with its index; if none is, the last answer (every
