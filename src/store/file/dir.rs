@@ -98,14 +98,15 @@ pub fn explain(desc: &str) -> Option<String> {
     (Path::new(dir) == d.path).then_some(d.why)
 }
 
-/// The directories earlier versions used by default, which this one no longer reads.
-pub fn old_defaults() -> Vec<PathBuf> {
+/// The directories earlier versions used by default, which this one no longer reads (unless
+/// it is `in_use`, named by the URL).
+pub fn old_defaults(in_use: &Path) -> Vec<PathBuf> {
     let mut old = vec![PathBuf::from(format!("/tmp/dlock-{}", euid()))];
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
         old.push(PathBuf::from(x).join("dlock"));
     }
     let now = default_dir().path;
-    old.retain(|p| *p != now && p.is_dir());
+    old.retain(|p| *p != now && p != in_use && p.is_dir());
     old
 }
 

@@ -28,12 +28,14 @@ impl FileStore {
                 format!("{root}: given by --store or DLOCK_STORE, not the default"),
             ),
         });
-        for old in super::dir::old_defaults() {
+        let in_use = std::path::Path::new(root.strip_prefix("file://").unwrap_or(root));
+        for old in super::dir::old_defaults(in_use) {
             h.findings.push(Finding::new(
                 "directory",
                 Severity::Note,
                 format!(
-                    "{} is where dlock 0.1 kept its default store; this version does not read                      it: let locks held there by older dlock processes end, then remove it",
+                    "{} was the default store of earlier versions of dlock, which this one does not \
+                     read: let locks held there by older dlock processes end, then remove it",
                     old.display()
                 ),
             ));
