@@ -295,3 +295,42 @@ async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
         "left queued on the store that stayed"
     );
 }
+
+/// A store set up so that it can never grant (ErrorKind::Config: ZooKeeper without TTL nodes
+/// for `lock`) is no outage: a waiter stops at once with `Config` (exit 78) instead of riding
+/// it out for the outage grace and calling it unavailable.
+#[tokio::test(start_paused = true)]
+async fn a_misconfigured_store_is_not_ridden_out() {
+    let m = stores();
+    let holder = request(TTL);
+    for s in &m {
+        assert!(matches!(
+            s.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+    }
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let engine = Arc::new(engine);
+    let req = request(TTL);
+    let waiting = tokio::spawn({
+        let (engine, req) = (engine.clone(), req.clone());
+        async move {
+            engine
+                .acquire(&req, Wait::For(Duration::from_secs(600)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let broke = Instant::now();
+    for f in &faulty[1..] {
+        f.set(Fault::Error(ErrorKind::Config));
+    }
+    let r = waiting.await.unwrap();
+    assert!(matches!(r, Err(EngineError::Config(_))), "{r:?}");
+    assert!(
+        broke.elapsed() < super::OUTAGE_GRACE,
+        "rode out a misconfiguration for {:?}",
+        broke.elapsed()
+    );
+    assert!(!queued(&m[0], &req).await, "left queued");
+}
