@@ -146,7 +146,7 @@ pub fn prepare(root: &Path) -> StoreResult<()> {
     if is_default {
         return owned_by_us(root, &meta);
     }
-    if !meta.is_dir() && !fs::metadata(root).is_ok_and(|m| m.is_dir()) {
+    if !meta.is_dir() {
         return Err(StoreError::refused(format!(
             "{} is not a directory",
             root.display()
