@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::commands::Ctx;
@@ -15,7 +15,7 @@ use crate::store::url::{self, StoreUrl};
 
 pub fn main() -> i32 {
     crate::sys::started();
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
     };
@@ -48,6 +48,21 @@ pub fn main() -> i32 {
     // the blocking pool, closing idle connections), which only adds latency to every command.
     std::mem::forget(runtime);
     code
+}
+
+/// The command line, with what the derived structs cannot tell: whether `run`'s NAME slot
+/// came before `--any` (then it was meant as a name, and giving both is a usage error) or
+/// after its names (then it is the command's first word).
+fn parse() -> std::result::Result<Cli, clap::Error> {
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut Cli::command()))?;
+    if let (Command::Run(args), Some(("run", m))) = (&mut cli.command, matches.subcommand()) {
+        args.name_before_any = match (m.index_of("name"), m.index_of("any")) {
+            (Some(name), Some(any)) => name < any,
+            _ => false,
+        };
+    }
+    Ok(cli)
 }
 
 /// clap's own errors as one line on stderr with exit 64; help and version as clap prints them.

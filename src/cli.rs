@@ -21,11 +21,13 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
     long_about = "Distributed locks for shell commands.\n\n\
         Wrap a command with `dlock run NAME -- CMD` so two copies never run at once, take and \
         release locks from scripts with `lock`/`unlock`, and see who holds one with `inspect`. \
-        With no --store the embedded file store is used ($XDG_RUNTIME_DIR/dlock, else \
-        /tmp/dlock-$UID); give several --store URLs for a lock held by a majority of them. \
+        With no --store the embedded file store is used, one directory per user and host \
+        (/run/lock/dlock-$UID, else /tmp/dlock-$UID: `dlock doctor` says which); give several \
+        --store URLs for a lock held by a majority of them. \
         Durations are 500ms, 30s, 5m, 1h, or a bare number of seconds (5, 0.5).",
     after_help = "Exit codes: 0 ok, 1 not the holder / failure, 64 usage, 69 stores unavailable, \
-        70 lock lost (run), 75 not acquired, 77 refused by the store, 124 --max-runtime ran out (run).",
+        70 lock lost (run), 75 not acquired, 77 refused by the store, 78 store misconfigured, \
+        124 --max-runtime ran out (run).",
     propagate_version = true,
     disable_help_subcommand = true
 )]
@@ -225,6 +227,10 @@ pub struct RunArgs {
     // word, since clap fills positionals in order, `--` or not.
     #[arg(value_name = "NAME")]
     pub name: Option<OsString>,
+    /// Whether NAME came before --any on the command line (set from the parse, not a flag):
+    /// then it is a name given alongside --any, a usage error, not the command.
+    #[arg(skip)]
+    pub name_before_any: bool,
     /// Take whichever of these names is free first (tried in a random rotation; waits on all
     /// of them); the command learns which from DLOCK_NAME. End the names with `--`.
     #[arg(long, value_name = "NAME", num_args = 1.., value_parser = names::parse_name)]

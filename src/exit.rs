@@ -21,6 +21,9 @@ pub enum ExitCode {
     NotAcquired,
     /// The store refused us: authentication or permission (EX_NOPERM).
     Refused,
+    /// The store, as it is set up, can never do what was asked (EX_CONFIG): retrying is
+    /// pointless until someone changes its configuration, unlike `Unavailable`.
+    Config,
     /// `run --max-runtime`: the command ran too long and was stopped (as `timeout(1)`).
     TimedOut,
     /// Any other number: a child's status passed through, 128+N for a signal, or `-E CODE`.
@@ -37,6 +40,7 @@ impl From<ExitCode> for i32 {
             ExitCode::LockLost => 70,
             ExitCode::NotAcquired => 75,
             ExitCode::Refused => 77,
+            ExitCode::Config => 78,
             ExitCode::TimedOut => 124,
             ExitCode::Raw(n) => n,
         }
@@ -89,6 +93,7 @@ mod tests {
             (ExitCode::LockLost, 70),
             (ExitCode::NotAcquired, 75),
             (ExitCode::Refused, 77),
+            (ExitCode::Config, 78),
             (ExitCode::TimedOut, 124),
         ];
         for (code, n) in pinned {

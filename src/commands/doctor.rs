@@ -3,8 +3,9 @@
 //! lease and a `lock` lease that outlives the process), the server's version and clock, the
 //! settings a restart's safety depends on, and whether the stores together make a majority.
 //!
-//! Exit: 0 healthy; 77 a store refused us; 69 a store is unreachable; 1 a setting voids a
-//! guarantee. (The worst wins in that order: a refusal needs a person, not a retry.)
+//! Exit: 0 healthy; 77 a store refused us; 69 a store is unreachable; 78 a store as it is set
+//! up can never serve some command (ZooKeeper without TTL nodes for `lock`); 1 a setting voids
+//! a guarantee. (The worst wins in that order: a refusal needs a person, not a retry.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,9 @@ struct Report {
     takes_run_leases: bool,
     /// What the store remembers, and what a restart without its data would do now.
     memory: Option<memory::Memory>,
+    /// Some command can never work on this store as it is configured (exit 78 everywhere).
+    #[serde(skip)]
+    misconfigured: bool,
 }
 
 impl Report {
@@ -59,14 +63,29 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         .collect();
     let limit = shards[0].engine.store_timeout().max(Duration::from_secs(2));
     let scratch = scratch_name();
-    let reports: Vec<Report> = join_all(stores.iter().map(|(i, s)| {
-        let query = HealthQuery {
-            ttl: args.ttl,
-            in_quorum: shards[*i].engine.stores().len() > 1,
-        };
-        examine(s.as_ref(), &scratch, query, limit)
-    }))
-    .await;
+    let (mut reports, shard_records) = tokio::join!(
+        join_all(stores.iter().map(|(i, s)| {
+            let query = HealthQuery {
+                ttl: args.ttl,
+                in_quorum: shards[*i].engine.stores().len() > 1,
+            };
+            examine(s.as_ref(), &scratch, query, limit)
+        })),
+        ctx.shards.shard_records()
+    );
+    // A store that is a shard, used without --shard: every lock would be refused (issue 26).
+    for (store, fp) in shard_records {
+        if let Some(r) = reports.iter_mut().find(|r| r.store == store) {
+            r.findings.push(Finding::new(
+                "shards",
+                Severity::Void,
+                format!(
+                    "a shard of a shard list (fingerprint {fp}): without that list's --shard \
+                     flags lock, run and multilock are refused"
+                ),
+            ));
+        }
+    }
     // Per shard: stores usable, and how many are needed.
     let quorums: Vec<(usize, usize, usize)> = shards
         .iter()
@@ -94,6 +113,7 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
 
     let refused = reports.iter().filter(|r| r.refused).count();
     let unreachable = reports.iter().filter(|r| !r.reachable).count();
+    let misconfigured = reports.iter().filter(|r| r.misconfigured).count();
     let void = reports
         .iter()
         .flat_map(|r| &r.findings)
@@ -109,6 +129,11 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         (
             ExitCode::Unavailable,
             format!("{unreachable} store(s) unreachable"),
+        )
+    } else if misconfigured > 0 {
+        (
+            ExitCode::Config,
+            format!("{misconfigured} store(s) set up so that a command can never work there"),
         )
     } else if void > 0 {
         (
@@ -214,6 +239,7 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         findings: Vec::new(),
         takes_run_leases: false,
         memory: None,
+        misconfigured: false,
     };
     // The first request is a `run` lease: a store whose session follows the first lease's
     // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
@@ -290,7 +316,8 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
             ),
             Err(e) => {
                 r.refused |= e.kind() == ErrorKind::Refused;
-                let severity = if e.kind() == ErrorKind::Unavailable {
+                r.misconfigured |= e.kind() == ErrorKind::Config;
+                let severity = if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Config) {
                     Severity::Void
                 } else {
                     Severity::Warn

@@ -83,7 +83,15 @@ pub fn expires(ms: u64) -> String {
 pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
     let shard = ctx.shards.index_of(&args.name);
     let engine = &ctx.shards.all()[shard].engine;
-    let results = engine.inspect(&args.name).await;
+    // A plain client is told when a store is a shard of a list (issue 26), at no extra wait.
+    let (results, shard_records) =
+        tokio::join!(engine.inspect(&args.name), ctx.shards.shard_records());
+    for (store, fp) in &shard_records {
+        ctx.out.warn(&format!(
+            "{store} is a shard of a shard list (fingerprint {fp}): use that list's --shard \
+             flags; without them lock, run and multilock are refused"
+        ));
+    }
     let need = engine.majority();
     let answered: Vec<&LockState> = results
         .iter()
@@ -111,6 +119,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
     let unreachable = results.len() - answered.len();
     let quorum = results.len() > 1;
     for (store, _, warnings) in &results {
+        if ctx.out.verbose()
+            && let Some(why) = crate::store::file::dir::explain(store)
+        {
+            ctx.out.notice(&format!("{store}: {why}"));
+        }
         if quorum {
             for w in warnings {
                 ctx.out.warn(&format!("{store} {w}"));

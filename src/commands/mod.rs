@@ -131,12 +131,38 @@ pub async fn acquire_any(
     let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
     let token = (reqs.len() == 1).then(|| reqs[0].token.as_str());
     let mut waiting = Waiting::new(&ctx.out, &ctx.shards, &all, token, events);
-    let ended = tokio::select! {
-        r = first_granted(&ctx.shards, reqs, wait, &busy) => Ok(r),
-        sig = signals.recv() => Err(sig),
-        never = waiting.follow(busy_seen) => match never {},
+    // A plain client makes sure no store serves a shard list while its first attempt is under
+    // way (no round trip added; see `shard::plain`); sharded ones checked above.
+    let ended = {
+        let mut granting = std::pin::pin!(first_granted(&ctx.shards, reqs, wait, &busy));
+        let mut follow = std::pin::pin!(waiting.follow(busy_seen));
         // The live line shows an outage itself.
-        never = waiting::follow_reach(&ctx.shards, &all, events, &ctx.out, !ctx.out.live_line()) => match never {},
+        let mut reach = std::pin::pin!(waiting::follow_reach(
+            &ctx.shards,
+            &all,
+            events,
+            &ctx.out,
+            !ctx.out.live_line()
+        ));
+        let mut check = std::pin::pin!(ctx.shards.check_unsharded());
+        let mut checked = false;
+        let ended = loop {
+            tokio::select! {
+                r = &mut granting => break Ok(r),
+                sig = signals.recv() => break Err(Stop::Signal(sig)),
+                never = &mut follow => match never {},
+                never = &mut reach => match never {},
+                c = &mut check, if !checked => match c {
+                    Ok(()) => checked = true,
+                    Err(e) => break Err(Stop::Refused(e)),
+                },
+            }
+        };
+        match ended {
+            // Granted or given up before the check answered: it decides now.
+            Ok(r) if !checked => check.await.map(|()| r).map_err(Stop::Refused),
+            other => other,
+        }
     };
     let withdraw = |except: Option<usize>| {
         join_all(
@@ -148,7 +174,12 @@ pub async fn acquire_any(
     };
     let (won, r) = match ended {
         Ok(r) => r,
-        Err(sig) => {
+        Err(Stop::Refused(e)) => {
+            waiting.finish(Outcome::GaveUp);
+            withdraw(None).await;
+            return Err(e);
+        }
+        Err(Stop::Signal(sig)) => {
             waiting.finish(Outcome::Interrupted);
             withdraw(None).await;
             return Err(Error::new(ExitCode::Raw(128 + sig), ""));
@@ -242,6 +273,7 @@ pub fn engine_error(e: EngineError) -> Error {
         EngineError::Unavailable(m) => Error::new(ExitCode::Unavailable, m),
         EngineError::Refused(m) => Error::new(ExitCode::Refused, m),
         EngineError::Invalid(m) => Error::new(ExitCode::Usage, m),
+        EngineError::Config(m) => Error::new(ExitCode::Config, m),
         EngineError::Lost(m) => Error::new(ExitCode::LockLost, m),
         EngineError::NotHolder => Error::new(ExitCode::Failure, e.to_string()),
     }
@@ -254,6 +286,14 @@ fn took() -> String {
 
 pub fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
+}
+
+/// Why `acquire_any` stopped before a request ran to its end.
+enum Stop {
+    /// A stopping signal (its number) while waiting.
+    Signal(i32),
+    /// A plain client on a store that serves a shard list (`shard::plain`).
+    Refused(Error),
 }
 
 /// The first of `reqs` to be granted, with its index; if none is, the last answer (every

@@ -21,6 +21,15 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     // With --hold-min the lease must outlive dlock (as `lock`'s does): it is left to expire
     // on the store after the command ends.
     let detached = limits.hold_min.is_some();
+    if args.name_before_any
+        && let Some(name) = &args.name
+    {
+        return Err(Error::usage(format!(
+            "both a lock name ({:?}) and --any were given; use `dlock run NAME -- CMD` or \
+             `dlock run --any NAME NAME... -- CMD`",
+            name.to_string_lossy()
+        )));
+    }
     let (names, command) = names_and_command(args.name, args.any, args.command)?;
     // One request per name, each with its own token; the holder's metadata is built once.
     let mode = mode(&args.mode);

@@ -54,6 +54,9 @@ pub enum EngineError {
     /// What was asked cannot be done by a store as it is set up (a usage error).
     #[error("{0}")]
     Invalid(String),
+    /// A store's configuration can never allow what was asked (exit 78).
+    #[error("{0}")]
+    Config(String),
     /// The token does not hold the lock (on enough stores).
     #[error("the token does not hold the lock")]
     NotHolder,
@@ -677,6 +680,7 @@ impl Engine {
 fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
     let refused = errors.iter().any(|e| e.kind() == ErrorKind::Refused);
     let invalid = errors.iter().any(|e| e.kind() == ErrorKind::Invalid);
+    let config = errors.iter().any(|e| e.kind() == ErrorKind::Config);
     let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let mut msg = detail.join("; ");
     if n > 1 {
@@ -687,6 +691,10 @@ fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
     }
     if invalid {
         EngineError::Invalid(msg)
+    } else if config {
+        // Before refused: a setting to change says more than a permission, and neither is
+        // worth a retry.
+        EngineError::Config(msg)
     } else if refused {
         EngineError::Refused(msg)
     } else {

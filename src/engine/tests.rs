@@ -407,3 +407,42 @@ async fn stores_never_reached_fail_at_once() {
     assert!(matches!(r, Err(EngineError::Unavailable(_))), "{r:?}");
     assert!(started.elapsed() < STORE_TIMEOUT);
 }
+
+/// A store set up so that it can never grant (ErrorKind::Config: ZooKeeper without TTL nodes
+/// for `lock`) is no outage: a waiter stops at once with `Config` (exit 78) instead of riding
+/// it out for its budget and calling it unavailable.
+#[tokio::test(start_paused = true)]
+async fn a_misconfigured_store_is_not_ridden_out() {
+    let m = stores();
+    let holder = request(TTL);
+    for s in &m {
+        assert!(matches!(
+            s.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+    }
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let engine = Arc::new(engine);
+    let req = request(TTL);
+    let waiting = tokio::spawn({
+        let (engine, req) = (engine.clone(), req.clone());
+        async move {
+            engine
+                .acquire(&req, Wait::For(Duration::from_secs(600)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let broke = Instant::now();
+    for f in &faulty[1..] {
+        f.set(Fault::Error(ErrorKind::Config));
+    }
+    let r = waiting.await.unwrap();
+    assert!(matches!(r, Err(EngineError::Config(_))), "{r:?}");
+    assert!(
+        broke.elapsed() < Duration::from_secs(10),
+        "rode out a misconfiguration for {:?}",
+        broke.elapsed()
+    );
+    assert!(!queued(&m[0], &req).await, "left queued");
+}

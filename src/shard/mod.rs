@@ -12,6 +12,7 @@
 //! `record` keeps clients with different lists from both holding one name.
 
 pub mod hash;
+mod plain;
 pub mod record;
 
 use std::time::Duration;

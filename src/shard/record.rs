@@ -24,9 +24,8 @@
 //! What it does not cover: two lists that share no shard but some store (a shard of one
 //! store against a shard of three that includes it) are the same mistake as two quorums over
 //! different stores without sharding; rule (1) catches them whenever the shared store
-//! answers. Plain `--store` clients read no record (that would cost every unsharded command a
-//! round trip): a store that serves a shard list must not also be used without `--shard` in
-//! the same namespace. And records are only as durable as the store (a Redis without
+//! answers. Plain `--store` clients are kept off a store that serves a shard list by `plain`.
+//! And records are only as durable as the store (a Redis without
 //! persistence forgets them on restart, as it forgets fences).
 
 use std::time::Duration;
@@ -42,10 +41,10 @@ use crate::store::{StoreError, TagWrite};
 const VERIFIED: &str = "/verified";
 
 /// One store's answer: its shard, its name, and its record (or why there is none).
-struct Answer {
-    shard: usize,
-    store: String,
-    record: Result<String, StoreError>,
+pub(super) struct Answer {
+    pub(super) shard: usize,
+    pub(super) store: String,
+    pub(super) record: Result<String, StoreError>,
 }
 
 impl Shards {
@@ -56,7 +55,7 @@ impl Shards {
     }
 
     /// Read (and on first use write) every store's record, each within its store timeout.
-    async fn records(&self, write: TagWrite, tag: &str) -> Vec<Answer> {
+    pub(super) async fn records(&self, write: TagWrite, tag: &str) -> Vec<Answer> {
         let calls = self.shards.iter().enumerate().flat_map(|(i, s)| {
             let limit = s.engine.store_timeout();
             s.engine.stores().iter().map(move |st| async move {

@@ -572,6 +572,32 @@ pub async fn limit_mode(subject: &Subject) {
     busy(&*s, &slot(), "both slots are taken again").await;
 }
 
+/// A `limit K` with another K never joins the holders (two `limit 2` holders and a `limit 3`
+/// would be three holders where two were promised), nor does a reader; once the holders are
+/// gone the other K is granted, and then keeps out the first K in turn.
+pub async fn limit_holders_admit_only_their_own_k(subject: &Subject) {
+    let s = subject.client(&namespace("limit-k")).await;
+    let slot = |k| request(&["pool"], Mode::Limit(k), TTL, false);
+    let (a, b) = (slot(2), slot(2));
+    grant(&*s, &a).await;
+    grant(&*s, &b).await;
+    busy(&*s, &slot(3), "a limit 3 beside two limit 2 holders").await;
+    busy(&*s, &slot(1), "a limit 1 beside limit 2 holders").await;
+    release(&*s, &a).await;
+    busy(&*s, &slot(3), "a limit 3 beside one limit 2 holder").await;
+    busy(
+        &*s,
+        &request(&["pool"], Mode::Shared, TTL, false),
+        "a reader beside a limit holder",
+    )
+    .await;
+    release(&*s, &b).await;
+    let c = slot(3);
+    grant(&*s, &c).await;
+    busy(&*s, &slot(2), "a limit 2 beside a limit 3 holder").await;
+    release(&*s, &c).await;
+}
+
 /// A waiter that gives up (releases by its token) leaves nothing behind, and is never the one
 /// the lock passes to.
 pub async fn release_removes_a_queued_entry(subject: &Subject) {
@@ -810,7 +836,7 @@ pub async fn inspect_and_list_show_the_live_holders(subject: &Subject) {
 /// The shard-list record: the first write wins (also of two at once), later `IfAbsent`
 /// writes read it back unchanged, `Replace` overwrites it, and `list` never shows it.
 pub async fn shard_list_is_written_once(subject: &Subject) {
-    use super::TagWrite::{IfAbsent, Replace};
+    use super::TagWrite::{IfAbsent, Read, Replace};
     let ns = namespace("shards");
     let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
     let tag = |what: &str| format!("{what}-{:08x}", rand::random::<u32>());
@@ -822,6 +848,17 @@ pub async fn shard_list_is_written_once(subject: &Subject) {
                 .unwrap_or_else(|e| panic!("shard_list: {e}"))
         }
     };
+    // A read writes nothing: "" before any record, and still "" after.
+    assert_eq!(
+        record(&s, tag("r"), Read).await,
+        "",
+        "a record before any write"
+    );
+    assert_eq!(
+        record(&t, tag("r"), Read).await,
+        "",
+        "a read wrote a record"
+    );
     let (a, b) = (tag("a"), tag("b"));
     let (got_a, got_b) = tokio::join!(
         record(&s, a.clone(), IfAbsent),
@@ -844,6 +881,7 @@ pub async fn shard_list_is_written_once(subject: &Subject) {
         d,
         "the replaced record"
     );
+    assert_eq!(record(&t, tag("f"), Read).await, d, "a read of the record");
     assert!(
         listed(&*s, "").await.is_empty(),
         "the record is listed as a lock"

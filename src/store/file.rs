@@ -9,6 +9,7 @@
 //! cannot move; a state file from an earlier boot has no live holders.
 //! Waiters are woken by inotify on the directory (the rename of a state file).
 
+pub(crate) mod dir;
 mod doctor;
 mod journal;
 mod shards;
@@ -186,19 +187,15 @@ impl FileStore {
 
 impl Dir {
     fn open(root: &Path, namespace: &str) -> StoreResult<Dir> {
+        // The root: at most its last component is created, and the default is checked to be
+        // ours alone (see `dir`). Inside it, the namespace's directory is dlock's own.
+        dir::prepare(root)?;
         let dir = root.join(namespace);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
             .map_err(|e| io_err("cannot create", &dir, e))?;
-        let meta = fs::symlink_metadata(root).map_err(|e| io_err("cannot read", root, e))?;
-        if !meta.is_dir() {
-            return Err(StoreError::refused(format!(
-                "{} is not a directory",
-                root.display()
-            )));
-        }
         Ok(Dir {
             desc: format!("file://{}", root.display()),
             dir,

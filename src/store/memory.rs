@@ -89,6 +89,9 @@ impl MemoryStore {
 
     fn record_shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         let mut record = self.shard_list.lock().unwrap_or_else(|p| p.into_inner());
+        if write == TagWrite::Read {
+            return Ok(record.clone().unwrap_or_default());
+        }
         if write == TagWrite::Replace || record.is_none() {
             *record = Some(tag.to_string());
         }

@@ -72,6 +72,18 @@ impl Mode {
         }
     }
 
+    /// Whether a lease of this mode may be held beside one of `other`: shared with shared,
+    /// and `limit K` only with the same K. A `limit 3` beside two `limit 2` holders would make
+    /// three where those holders were promised two (issue 26), so a different K is as
+    /// incompatible as an exclusive holder: it waits (or is busy with `-n`) until they are gone.
+    pub fn shares_with(self, other: Mode) -> bool {
+        match (self, other) {
+            (Mode::Shared, Mode::Shared) => true,
+            (Mode::Limit(a), Mode::Limit(b)) => a == b,
+            _ => false,
+        }
+    }
+
     /// Whether a new lease of this mode may join the given live holders. Every store applies
     /// this same rule inside its atomic grant (the Lua scripts spell it out again); the stores
     /// with a queue apply it to the entries ahead (`queue::turn`).
@@ -79,9 +91,8 @@ impl Mode {
         let mut count = 0u32;
         for h in holders {
             count += 1;
-            match (self, h) {
-                (Mode::Shared, Mode::Shared) | (Mode::Limit(_), Mode::Limit(_)) => {}
-                _ => return false,
+            if !self.shares_with(h) {
+                return false;
             }
         }
         match self {
@@ -292,6 +303,9 @@ pub enum ErrorKind {
     Protocol,
     /// The URL asks for something this store cannot do (a usage error, exit 64).
     Invalid,
+    /// The store as it is configured can never do what was asked (exit 78): a retry cannot
+    /// help, a change to the server's setup can (ZooKeeper without TTL nodes for `lock`).
+    Config,
     /// The lease a request named no longer exists on the store (it ran out or was revoked).
     LeaseGone,
 }
@@ -325,6 +339,9 @@ impl StoreError {
     }
     pub fn invalid(message: impl Into<String>) -> StoreError {
         StoreError::new(ErrorKind::Invalid, message)
+    }
+    pub fn config(message: impl Into<String>) -> StoreError {
+        StoreError::new(ErrorKind::Config, message)
     }
     pub fn lease_gone(message: impl Into<String>) -> StoreError {
         StoreError::new(ErrorKind::LeaseGone, message)
@@ -463,6 +480,9 @@ pub enum TagWrite {
     /// Overwrite whatever is there (`dlock shards adopt`, once every client of the old list
     /// is stopped).
     Replace,
+    /// Write nothing; answer the record, or "" where there is none (a plain `--store` client
+    /// making sure the store serves no shard list, issue 26).
+    Read,
 }
 
 /// Wakes a waiter when a lock it waits for may have changed hands.
@@ -525,7 +545,7 @@ pub trait Store: Send + Sync {
 
     /// The namespace's shard-list record: the fingerprint of the shard list this store serves
     /// (see `crate::shard::record`). Write `tag` as `write` says, in one atomic operation,
-    /// and answer the record as it stands afterwards. It lives apart from every lock name's
+    /// and answer the record as it stands afterwards ("" for none, after `TagWrite::Read`). It lives apart from every lock name's
     /// keys, never expires, and is never listed as a lock.
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String>;
 
@@ -613,6 +633,10 @@ mod tests {
         assert!(Limit(2).admits([Limit(2)]));
         assert!(!Limit(2).admits([Limit(2), Limit(2)]));
         assert!(!Limit(2).admits([Exclusive]));
+        // A different K never joins: it would break the promise the holders were given.
+        assert!(!Limit(3).admits([Limit(2), Limit(2)]));
+        assert!(!Limit(1).admits([Limit(2)]));
+        assert!(!Limit(2).admits([Shared]));
     }
 
     #[test]

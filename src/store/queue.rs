@@ -34,13 +34,11 @@ pub(crate) fn turn<T>(mode: Mode, ahead: &[(T, Option<Mode>)]) -> Turn<'_, T> {
     if mode.admits(ahead.iter().map(|(_, m)| mode_of(m))) {
         return Turn::Hold;
     }
-    let shares = |m: Mode| {
-        matches!(
-            (mode, m),
-            (Mode::Shared, Mode::Shared) | (Mode::Limit(_), Mode::Limit(_))
-        )
-    };
-    if let Some((id, _)) = ahead.iter().rev().find(|(_, m)| !shares(mode_of(m))) {
+    if let Some((id, _)) = ahead
+        .iter()
+        .rev()
+        .find(|(_, m)| !mode.shares_with(mode_of(m)))
+    {
         return Turn::After(id);
     }
     let k = match mode {
@@ -104,6 +102,9 @@ mod tests {
         assert_eq!(turn(Limit(2), &full), Turn::Slots(vec![&"c", &"b"]));
         let writer = ahead(&[("x", Some(Exclusive)), ("a", Some(Limit(2)))]);
         assert_eq!(turn(Limit(2), &writer), Turn::After(&"x"));
+        // Another K is waited for like a writer, never counted as a slot.
+        let other_k = ahead(&[("a", Some(Limit(2))), ("b", Some(Limit(2)))]);
+        assert_eq!(turn(Limit(3), &other_k), Turn::After(&"b"));
     }
 
     #[test]

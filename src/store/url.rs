@@ -100,13 +100,12 @@ impl StoreUrl {
         }
     }
 
-    /// The default store: `$XDG_RUNTIME_DIR/dlock`, else `/tmp/dlock-$UID`.
+    /// The default store: one directory per user per host, whatever the session (see
+    /// `store::file::dir`).
     pub fn default_file() -> StoreUrl {
-        let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(d) if !d.is_empty() => PathBuf::from(d).join("dlock"),
-            _ => PathBuf::from(format!("/tmp/dlock-{}", crate::sys::uid())),
-        };
-        StoreUrl::File { dir }
+        StoreUrl::File {
+            dir: super::file::dir::default_dir().path,
+        }
     }
 }
 

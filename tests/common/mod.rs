@@ -127,7 +127,8 @@ impl Env {
     }
 
     /// `dlock` with a clean environment: no DLOCK_* from the caller, XDG_RUNTIME_DIR in the
-    /// test's own dir, and `--store` for each of the test's stores.
+    /// test's own dir, and `--store` for each of the test's stores (none: DLOCK_STORE names a
+    /// file store in the test's own dir).
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
         for (k, _) in std::env::vars() {
@@ -137,7 +138,12 @@ impl Env {
         }
         let runtime = self.dir.path().join("runtime");
         std::fs::create_dir_all(&runtime).unwrap();
-        c.env("XDG_RUNTIME_DIR", runtime);
+        c.env("XDG_RUNTIME_DIR", &runtime);
+        if self.stores.is_empty() {
+            // The default store is one per user and host (in /run/lock), shared by every test
+            // of this user: each test's file store is its own through DLOCK_STORE instead.
+            c.env("DLOCK_STORE", file_store(&runtime));
+        }
         for s in &self.stores {
             c.arg("--store").arg(s);
         }
@@ -190,6 +196,13 @@ impl Env {
         c.args(args);
         output_within(c, Duration::from_secs(60))
     }
+}
+
+/// The test's own file store under `runtime` (created here, so dlock has nothing to announce).
+pub fn file_store(runtime: &Path) -> String {
+    let dir = runtime.join("dlock");
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("file://{}", dir.display())
 }
 
 /// Wait for a spawned dlock (at most `limit`) and collect its output.

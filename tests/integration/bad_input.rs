@@ -39,6 +39,8 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
     let no_pw = format!("redis://127.0.0.1:{g}");
     let tls_plain = format!("rediss://127.0.0.1:{p}");
     let missing_pw_file = format!("redis://127.0.0.1:{p}?password_file=/nonexistent/pw");
+    // A typo in a file store's path: only a directory whose parent exists is created.
+    let typo = format!("file://{}", env.path("typo/path").display());
     // (arguments, exit code); every case names the held lock where it can, so a bug that
     // acted before refusing would show in the lease check below.
     let cases: Vec<(Vec<String>, i32)> = vec![
@@ -178,6 +180,20 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             77,
         ),
         (vec![s("--store"), no_pw, s("lock"), s("held")], 77),
+        (vec![s("--store"), typo, s("lock"), s("held")], 64),
+        // A lock name and --any both: the name was run as the command (`echo hello`).
+        (
+            vec![
+                s("run"),
+                s("echo"),
+                s("--any"),
+                s("held"),
+                s("other"),
+                s("--"),
+                s("hello"),
+            ],
+            64,
+        ),
         // Durations.
         (vec![s("lock"), s("held"), s("--ttl"), s("0")], 64),
         (vec![s("lock"), s("held"), s("--ttl"), s("0s")], 64),
@@ -412,6 +428,7 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             "{shown:?} changed a lease"
         );
     }
+    assert!(!env.path("typo").exists(), "a typo grew a directory tree");
 }
 
 /// What the one line says, for the inputs whose message matters most.
@@ -455,6 +472,11 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
             vec!["--store", "redis://h:1,", "lock", "x"],
             64,
             "an empty host in the list (a stray comma?)",
+        ),
+        (
+            vec!["run", "echo", "--any", "a", "b", "--", "hello"],
+            64,
+            "both a lock name (\"echo\") and --any were given",
         ),
     ];
     for (args, expected, want) in cases {

@@ -181,6 +181,7 @@ macro_rules! conformance {
                 queued_mixed_request_is_granted_in_its_modes,
                 shared_mode,
                 limit_mode,
+                limit_holders_admit_only_their_own_k,
                 release_removes_a_queued_entry,
                 a_dead_waiter_leaves_within_its_ttl,
                 a_release_after_a_cut_off_attempt_takes_only_its_own,

@@ -189,6 +189,13 @@ fn zookeeper_without_extended_types_is_told_about_lock_leases() {
     let zk = ZkServer::start_with(&["extendedTypesEnabled=false"]);
     let o = doctor(vec![zk.url()], &[]);
     let out = stdout(&o);
+    // `lock` can never work there: not healthy, and the same code `lock` itself ends with.
+    assert_code(&o, 78);
+    let verdict = out
+        .lines()
+        .find(|l| l.starts_with("verdict:"))
+        .unwrap_or("");
+    assert!(verdict.contains("never work"), "{out}");
     assert!(out.contains("took and released a `run` lease"), "{out}");
     let lock = out
         .lines()

@@ -10,6 +10,7 @@ mod bad_input;
 mod cli;
 mod conformance;
 mod cron;
+mod default_store;
 mod doctor;
 mod engine_fences;
 mod etcd_member_cut;

@@ -74,3 +74,29 @@ fn shared_on_the_file_store() {
 fn limit_on_the_file_store() {
     a_limit_of_two_lets_two_in_and_the_third_waits(&Env::file());
 }
+
+/// Issue 26: with two `--limit 2` holders, `run --limit 3 -n` got in as a third. A different
+/// limit (or `--shared`) waits like any incompatible mode: busy with -n, and it gets in only
+/// once the holders of the other limit are gone.
+#[test]
+fn a_different_limit_never_joins_the_holders() {
+    let env = Env::file();
+    let a = stdout(&env.run(&["lock", "pool", "--limit", "2"]));
+    let b = stdout(&env.run(&["lock", "pool", "--limit", "2"]));
+    let third = env.run(&["run", "pool", "--limit", "3", "-n", "--", "true"]);
+    assert_code(&third, 75);
+    assert_eq!(stderr(&third).lines().count(), 1, "{}", stderr(&third));
+    assert_code(&env.run(&["lock", "pool", "--shared", "-n"]), 75);
+    assert_code(&env.run(&["unlock", "pool", "--token", &a]), 0);
+    let mut waiting = env.spawn(&["lock", "pool", "--limit", "3", "-w", "20s"]);
+    assert!(
+        still_waiting(&mut waiting),
+        "a limit 3 joined a limit 2 holder"
+    );
+    assert_code(&env.run(&["unlock", "pool", "--token", &b]), 0);
+    let status = wait_child(&mut waiting, Duration::from_secs(10)).expect("it gets in");
+    assert!(status.success());
+    let held = env.inspect("pool");
+    assert_eq!(held["holders"].as_array().map(Vec::len), Some(1), "{held}");
+    assert_eq!(held["holders"][0]["mode"], "limit 3", "{held}");
+}

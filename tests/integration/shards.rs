@@ -337,6 +337,7 @@ fn a_shard_down_stops_only_its_own_names() {
 fn bad_shard_lists_are_usage_errors() {
     let env = Env::file();
     let dir = env.path("s");
+    std::fs::create_dir(&dir).unwrap();
     let a = format!("file://{}/a", dir.display());
     let b = format!("file://{}/b", dir.display());
     let cases: Vec<(Vec<String>, Option<String>)> = vec![
@@ -362,7 +363,7 @@ fn bad_shard_lists_are_usage_errors() {
         let mut c = env.cmd();
         c.args(&args).args(["lock", "x", "-n"]);
         if let Some(e) = &shards_env {
-            c.env("DLOCK_SHARDS", e);
+            c.env("DLOCK_SHARDS", e).env_remove("DLOCK_STORE");
         }
         let o = output_within(c, Duration::from_secs(30));
         assert_code(&o, 64);
@@ -376,6 +377,7 @@ fn bad_shard_lists_are_usage_errors() {
     // DLOCK_SHARDS as the list: two shards, and the name lands on one of them.
     let mut c = env.cmd();
     c.env("DLOCK_SHARDS", format!("{a};{b}"))
+        .env_remove("DLOCK_STORE")
         .args(["--json", "inspect", "x"]);
     let o = output_within(c, Duration::from_secs(30));
     assert_code(&o, 0);
@@ -440,4 +442,69 @@ fn extend_wait_any_and_doctor_work_per_shard() {
     seen.sort();
     assert_eq!(seen, [1, 2], "{v}");
     assert_eq!(v["shards"].as_array().map(Vec::len), Some(2), "{v}");
+}
+
+/// Issue 26: a plain `--store` client on a store that serves a shard list took a lock held on
+/// another shard (two holders). Now every store of the list refuses it with one line that
+/// names --shard, keeps nothing of it, and `inspect` and `doctor` say the store is a shard.
+#[test]
+fn a_plain_client_is_refused_on_a_store_that_is_a_shard() {
+    let s = servers(2);
+    let shards = shard_args(&[&s[0], &s[1]]);
+    let env = Env::file();
+    assert_code(&run(&env, &shards, &["lock", "nightly", "--ttl", "2m"]), 0);
+    for server in &s {
+        let plain = ["--store".to_string(), server.url()];
+        for args in [
+            &["lock", "nightly", "-n"][..],
+            &["run", "nightly", "-n", "--", "true"][..],
+            &["lock", "nightly", "-w", "1s"][..],
+        ] {
+            let o = run(&env, &plain, args);
+            assert_code(&o, 64);
+            let err = stderr(&o);
+            assert!(
+                err.lines().count() == 1 && err.contains("--shard") && err.contains("shard"),
+                "{args:?}: {err}"
+            );
+            assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+        }
+        let o = run(&env, &plain, &["--json", "inspect", "nightly"]);
+        assert!(stderr(&o).contains("is a shard"), "{}", stderr(&o));
+        let o = run(&env, &plain, &["doctor"]);
+        assert!(
+            stdout(&o)
+                .lines()
+                .any(|l| l.contains("shards") && l.contains("VOID")),
+            "{}",
+            stdout(&o)
+        );
+        assert_ne!(code(&o), 0);
+    }
+    // Only the list's own holder, on its own shard: no plain grant stayed behind.
+    let v: serde_json::Value =
+        serde_json::from_slice(&run(&env, &shards, &["--json", "inspect", "nightly"]).stdout)
+            .unwrap();
+    assert_eq!(v["holders"].as_array().map(Vec::len), Some(1), "{v}");
+    for server in &s {
+        let plain = ["--store".to_string(), server.url()];
+        let o = run(&env, &plain, &["--json", "list"]);
+        assert_code(&o, 0);
+    }
+    assert_eq!(
+        s.iter()
+            .map(|server| {
+                let o = run(
+                    &env,
+                    &["--store".to_string(), server.url()],
+                    &["--json", "list"],
+                );
+                String::from_utf8_lossy(&o.stdout)
+                    .matches("nightly")
+                    .count()
+            })
+            .sum::<usize>(),
+        1,
+        "a plain grant stayed behind"
+    );
 }

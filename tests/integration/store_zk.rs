@@ -375,12 +375,29 @@ fn server_limits_are_reported_with_the_fix() {
         stderr(&o)
     );
     assert_code(&env.run(&["run", "job", "--ttl", "4s", "--", "true"]), 0);
-    let o = env.run(&["lock", "job", "--ttl", "10s"]);
-    assert_ne!(code(&o), 0);
-    let msg = stderr(&o);
-    assert!(
-        msg.contains("extendedTypesEnabled=true") && msg.lines().count() == 1,
-        "{msg}"
-    );
+    // A setting no retry can change: EX_CONFIG (78), not "unavailable" (69), for `lock` and
+    // for `run --hold-min` (whose lease also outlives the process), even when told to wait.
+    for args in [
+        &["lock", "job", "--ttl", "10s"][..],
+        &["lock", "job", "--ttl", "4s", "-w", "30s"][..],
+        &[
+            "run",
+            "job",
+            "--ttl",
+            "4s",
+            "--hold-min",
+            "1m",
+            "--",
+            "true",
+        ][..],
+    ] {
+        let o = env.run(args);
+        assert_code(&o, 78);
+        let msg = stderr(&o);
+        assert!(
+            msg.contains("extendedTypesEnabled=true") && msg.lines().count() == 1,
+            "{args:?}: {msg}"
+        );
+    }
     assert!(zk.children(&queue("job")).is_empty());
 }

@@ -69,7 +69,8 @@ fn on_terminal(env: &Env, args: &[&str]) -> (Child, Arc<Mutex<Vec<u8>>>) {
     }
     let runtime = env.dir.path().join("runtime");
     std::fs::create_dir_all(&runtime).unwrap();
-    c.env("XDG_RUNTIME_DIR", runtime)
+    c.env("DLOCK_STORE", file_store(&runtime))
+        .env("XDG_RUNTIME_DIR", runtime)
         .args(["-qfec", &line, "/dev/null"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

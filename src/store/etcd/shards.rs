@@ -21,18 +21,29 @@ impl EtcdStore {
                 .and_then([put])
                 .or_else([TxnOp::get(key, None)]),
             TagWrite::Replace => Txn::new().and_then([put]),
+            // Never succeeds (no key has create revision -1): answers with the get.
+            TagWrite::Read => Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Less, 0)])
+                .or_else([TxnOp::get(key, None)]),
         };
         let resp = self.inner.txn(txn, Resend::No).await?;
         if resp.succeeded() {
             return Ok(tag.to_string());
         }
-        resp.op_responses()
+        let record = resp
+            .op_responses()
             .into_iter()
             .find_map(|r| match r {
                 TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
                 _ => None,
             })
-            .map(|v| String::from_utf8_lossy(&v).into_owned())
-            .ok_or_else(|| StoreError::protocol("the shard-list record vanished as it was read"))
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        match (record, write) {
+            (Some(r), _) => Ok(r),
+            (None, TagWrite::Read) => Ok(String::new()),
+            (None, _) => Err(StoreError::protocol(
+                "the shard-list record vanished as it was read",
+            )),
+        }
     }
 }

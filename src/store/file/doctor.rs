@@ -19,6 +19,28 @@ impl FileStore {
             Severity::Note,
             "a file store's locks exclude the processes of this host only",
         ));
+        // Which directory, and why: a user's sessions meet only in the same one.
+        let root = self.0.desc.as_str();
+        h.findings.push(match super::dir::explain(root) {
+            Some(why) => Finding::new("directory", Severity::Ok, format!("{root}: {why}")),
+            None => Finding::new(
+                "directory",
+                Severity::Note,
+                format!("{root}: given by --store or DLOCK_STORE, not the default"),
+            ),
+        });
+        let in_use = std::path::Path::new(root.strip_prefix("file://").unwrap_or(root));
+        for old in super::dir::old_defaults(in_use) {
+            h.findings.push(Finding::new(
+                "directory",
+                Severity::Note,
+                format!(
+                    "{} was the default store of earlier versions of dlock, which this one does not \
+                     read: let locks held there by older dlock processes end, then remove it",
+                    old.display()
+                ),
+            ));
+        }
         let on_tmpfs = tmpfs(&self.0.dir);
         h.findings.push(match on_tmpfs {
             Some(true) => Finding::new(

@@ -23,6 +23,7 @@ impl FileStore {
                 Err(e) => return Err(io_err("cannot read", &path, e)),
             };
             match now {
+                _ if write == TagWrite::Read => Ok(now.unwrap_or_default()),
                 Some(s) if write == TagWrite::IfAbsent => Ok(s),
                 _ => {
                     let tmp = fs.dir.join(".tmp");

@@ -17,7 +17,7 @@ impl Mysql {
         let t = format!("{}_shard_lists", self.sql.prefix);
         let insert = match write {
             // INSERT IGNORE would also swallow other errors; this keeps them.
-            TagWrite::IfAbsent => {
+            TagWrite::IfAbsent | TagWrite::Read => {
                 format!("INSERT INTO {t} (ns, tag) VALUES (?, ?) ON DUPLICATE KEY UPDATE ns = ns")
             }
             TagWrite::Replace => {
@@ -28,6 +28,18 @@ impl Mysql {
         };
         let ns = Value::from(self.namespace.as_bytes());
         let mut c = self.session().await?;
+        if write == TagWrite::Read {
+            let row = c
+                .exec_first::<Vec<u8>, _, _>(format!("SELECT tag FROM {t} WHERE ns = ?"), (ns,))
+                .await;
+            return match row {
+                Ok(row) => Ok(row
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()),
+                Err(e) if schema::missing_tables(&e) => Ok(String::new()),
+                Err(e) => Err(schema::classify(e)),
+            };
+        }
         let mut created = false;
         loop {
             match c

@@ -15,7 +15,7 @@ impl Postgres {
     ) -> StoreResult<String> {
         let s = &self.sql.schema;
         let insert = match write {
-            TagWrite::IfAbsent => format!(
+            TagWrite::IfAbsent | TagWrite::Read => format!(
                 "INSERT INTO {s}.shard_lists (ns, tag) VALUES ($1, $2) ON CONFLICT (ns) DO NOTHING"
             ),
             TagWrite::Replace => format!(
@@ -30,6 +30,13 @@ impl Postgres {
         let ns = &self.namespace;
         let tag = tag.to_string();
         let params = [(ns as _, Type::TEXT), (&tag as _, Type::TEXT)];
+        if write == TagWrite::Read {
+            return match c.query_typed(&read, &params[..1]).await {
+                Ok(rows) => Ok(rows.first().map(|r| r.get(0)).unwrap_or_default()),
+                Err(e) if schema::missing_tables(&e) => Ok(String::new()),
+                Err(e) => Err(schema::classify(e)),
+            };
+        }
         let mut created = false;
         loop {
             match c.query_typed(&insert, &params).await {

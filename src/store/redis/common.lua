@@ -44,12 +44,12 @@ local function purge(h, f)
   return modes, soonest
 end
 
--- The compatibility rule of dlock's modes: x alone; s with s; lK with fewer than K others.
+-- The compatibility rule of dlock's modes (Mode::admits): x alone; s with s; lK with fewer
+-- than K others, all lK with the same K (a different K would break their promise).
 local function admits(mode, modes)
   if mode == 'x' then return #modes == 0 end
   for _, m in ipairs(modes) do
-    if mode == 's' and m ~= 's' then return false end
-    if mode ~= 's' and string.sub(m, 1, 1) ~= 'l' then return false end
+    if m ~= mode then return false end
   end
   if mode == 's' then return true end
   return #modes < tonumber(string.sub(mode, 2))

@@ -28,6 +28,14 @@ impl RedisStore {
                     .query_key::<Option<String>>(&key, &c, Retry::Safe)
                     .await
             }
+            TagWrite::Read => {
+                let mut c = cmd("GET");
+                c.arg(&key);
+                return match self.conn.query::<Option<String>>(&c).await {
+                    Ok(record) => Ok(record.unwrap_or_default()),
+                    Err(e) => Err(self.explain(e).await),
+                };
+            }
             TagWrite::Replace => {
                 let mut c = cmd("SET");
                 c.arg(&key).arg(tag);

@@ -97,6 +97,23 @@ impl Conn {
         Abort(self.handle.spawn(fut))
     }
 
+    /// The session another request opens (it picks the timeout), waiting up to `wait` for
+    /// it; then, if there is still none, one connected with `fallback`.
+    pub async fn shared_client(&self, wait: Duration, fallback: Duration) -> StoreResult<Client> {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(c) = self.client.lock().await.as_ref()
+                && !c.state().is_terminated()
+            {
+                return Ok(c.clone());
+            }
+            if tokio::time::Instant::now() >= until {
+                return self.client(None, fallback).await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The session, connected if there is none (or it has ended) with the session timeout
     /// `want` (a lease's ttl), or when none is wanted the longest a lease wanted so far, or
     /// `default`.
@@ -243,7 +260,7 @@ pub fn classify(e: Error, doing: &str) -> StoreError {
         Error::InvalidAcl => StoreError::refused(format!(
             "refused: the server rejected the ACL while trying to {doing}"
         )),
-        Error::Unimplemented => StoreError::protocol(format!(
+        Error::Unimplemented => StoreError::config(format!(
             "cannot {doing}: the server does not implement the request; `lock` needs TTL nodes: \
              set extendedTypesEnabled=true in zoo.cfg (ZooKeeper 3.6 or later) and restart it"
         )),
