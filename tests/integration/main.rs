@@ -14,6 +14,7 @@ mod doctor;
 mod engine_fences;
 mod etcd_member_cut;
 mod exclusion;
+mod frozen;
 mod generated;
 mod lost_grant;
 mod mixed;
