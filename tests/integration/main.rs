@@ -16,6 +16,7 @@ mod etcd_member_cut;
 mod exclusion;
 mod frozen;
 mod generated;
+mod holder;
 mod lost_grant;
 mod mixed;
 mod modes;
