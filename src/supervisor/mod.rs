@@ -202,6 +202,11 @@ pub async fn supervise_with(
             // The renewal task ends only after reporting a loss; then stop listening to it.
             changed = rx.changed(), if !renewer_done => renewer_done = changed.is_err(),
             _ = sleep_until(term_at), if !term_sent => {
+                // A dlock stopped (SIGSTOP) past the deadline wakes after the watchdog has
+                // stopped the command: claim no signal that is not sent.
+                if let Ok(Some(status)) = child.try_wait() {
+                    break Ok(status);
+                }
                 let why = format!(
                     "the lease on {} could not be renewed and runs out in {}{}",
                     lease.req.names.join(", "),
@@ -233,6 +238,9 @@ pub async fn supervise_with(
                 kill_sent = true;
             }
             _ = sleep_until(kill_at), if term_sent && !kill_sent => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    break Ok(status);
+                }
                 out.error("the command did not stop in time; sending SIGKILL before the lease runs out");
                 let _ = sys::kill_group(pgid, libc::SIGKILL);
                 kill_sent = true;
@@ -314,7 +322,9 @@ pub async fn supervise_with(
         );
     }
     if let Some(why) = lost {
-        return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
+        // `why` was said when the lease was lost, once; the exit code says the rest.
+        let _ = why;
+        return Err(Error::new(ExitCode::LockLost, ""));
     }
     let ended = exit_status(status, overran, limits);
     // false: no majority confirmed the release; the lease runs out by its ttl.

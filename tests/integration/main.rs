@@ -18,6 +18,7 @@ mod frozen;
 mod generated;
 mod holder;
 mod lost_grant;
+mod lost_messages;
 mod mixed;
 mod modes;
 mod multilock;
