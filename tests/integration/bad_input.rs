@@ -38,7 +38,10 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
     let wrong_pw = format!("redis://:wrong@127.0.0.1:{g}");
     let no_pw = format!("redis://127.0.0.1:{g}");
     let tls_plain = format!("rediss://127.0.0.1:{p}");
-    let missing_pw_file = format!("redis://127.0.0.1:{p}?password_file=/nonexistent/pw");
+    let missing_pw_file = format!(
+        "redis://127.0.0.1:{p}?password_file={}",
+        env.path("missing/pw").display()
+    );
     // (arguments, exit code); every case names the held lock where it can, so a bug that
     // acted before refusing would show in the lease check below.
     let cases: Vec<(Vec<String>, i32)> = vec![

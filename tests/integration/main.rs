@@ -17,6 +17,7 @@ mod exclusion;
 mod frozen;
 mod generated;
 mod holder;
+mod hygiene;
 mod lost_grant;
 mod lost_messages;
 mod mixed;

@@ -610,7 +610,9 @@ fn events_to_stdout_only_where_stdout_carries_no_result() {
         assert!(stdout(&o).is_empty());
     }
     // A file that cannot be opened is a usage error before anything is taken.
-    let o = env.run(&["run", "e", "--events", "/nonexistent/dir/ev", "--", "true"]);
+    // In the test's own dir, whose `missing` subdirectory nobody creates.
+    let unopenable = env.path("missing/dir/ev").display().to_string();
+    let o = env.run(&["run", "e", "--events", &unopenable, "--", "true"]);
     assert_code(&o, 64);
     assert_eq!(inspect(&env, "e")["fence"], 1);
     // lock writes its events to a file: acquired (nothing is released by lock itself).
