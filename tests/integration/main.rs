@@ -7,6 +7,7 @@ mod common;
 
 mod any;
 mod bad_input;
+mod checker_bounds;
 mod cli;
 mod conformance;
 mod cron;
