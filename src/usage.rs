@@ -47,9 +47,14 @@ fn explain(e: &clap::Error, argv: &[String]) -> String {
         }
         ErrorKind::InvalidSubcommand => {
             let typed = context(ContextKind::InvalidSubcommand).unwrap_or_default();
+            // Names and their aliases, each judged on its own: clap's own guess weighs a long
+            // alias against a short word badly ('rn' became 'run-with-lock').
             let names: Vec<String> = crate::cli::command()
                 .get_subcommands()
-                .map(|c| c.get_name().to_string())
+                .flat_map(|c| {
+                    std::iter::once(c.get_name().to_string())
+                        .chain(c.get_all_aliases().map(String::from))
+                })
                 .collect();
             match closest(&typed, names.iter().map(String::as_str)) {
                 Some(s) => format!("{first} (did you mean '{s}'?)"),
