@@ -124,14 +124,15 @@ fn usage_of(sub: &str) -> Option<String> {
     Some(usage.trim_start_matches("Usage: ").trim().to_string())
 }
 
-/// The word clap split into short flags: `-nowait` when clap complains of `-o`.
+/// The word clap split into short flags: `-nowait` when clap complains of `-o` (a word of
+/// three letters or more: `-nx` is more likely two short flags than a long one).
 fn single_dash_word(arg: &str, argv: &[String]) -> Option<String> {
     let letter = arg.strip_prefix('-').filter(|l| l.chars().count() == 1)?;
     argv.iter()
         .skip(1)
         .take_while(|w| *w != "--")
         .find(|w| {
-            w.len() > 2
+            w.len() > 3
                 && w.starts_with('-')
                 && !w.starts_with("--")
                 && !w.contains('=')

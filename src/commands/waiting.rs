@@ -294,15 +294,17 @@ impl<'a> Waiting<'a> {
 }
 
 /// Who holds the first of `names` that is held, from every store at once, within `READ_LIMIT`
-/// (for the last name, its state even when free). None when no store answered.
+/// and the store timeout (for the last name, its state even when free). None when no store
+/// answered.
 async fn read(shards: &Shards, names: &[String]) -> Option<Seen> {
     for name in names {
+        let engine = shards.engine(name);
+        let limit = READ_LIMIT.min(engine.store_timeout());
         let reads = join_all(
-            shards
-                .engine(name)
+            engine
                 .stores()
                 .iter()
-                .map(|s| timeout(READ_LIMIT, s.inspect(name))),
+                .map(|s| timeout(limit, s.inspect(name))),
         )
         .await;
         let states: Vec<LockState> = reads.into_iter().filter_map(|r| r.ok()?.ok()).collect();
