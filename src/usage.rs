@@ -65,12 +65,16 @@ fn explain(e: &clap::Error, argv: &[String]) -> String {
             let arg = context(ContextKind::InvalidArg).unwrap_or_default();
             if let Some(word) = single_dash_word(&arg, argv) {
                 let long = word.trim_start_matches('-');
-                let hint = match closest(long, long_flags().iter().map(String::as_str)) {
-                    Some(f) => format!("did you mean '--{f}'?"),
-                    None => format!("as in '--{long}'"),
+                let flags = long_flags(sub.as_deref());
+                let hint = match closest(long, flags.iter().map(String::as_str)) {
+                    Some(f) => format!(": did you mean '--{f}'?"),
+                    None => format!(
+                        ", but dlock{} has no flag like '--{long}' either",
+                        sub.as_deref().map(|s| format!(" {s}")).unwrap_or_default()
+                    ),
                 };
                 return format!(
-                    "unexpected argument '{word}' (a long flag takes two dashes: {hint})"
+                    "unexpected argument '{word}' (a long flag takes two dashes{hint})"
                 );
             }
             let tip = match tip {
@@ -141,11 +145,15 @@ fn single_dash_word(arg: &str, argv: &[String]) -> Option<String> {
         .cloned()
 }
 
-/// Every long flag of dlock and its subcommands, without the dashes.
-fn long_flags() -> Vec<String> {
+/// The long flags `sub` takes (the global ones and its own; every subcommand's when it is not
+/// known), without the dashes.
+fn long_flags(sub: Option<&str>) -> Vec<String> {
     let cmd = crate::cli::command();
     let mut flags: Vec<String> = Vec::new();
-    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+    let subs = cmd
+        .get_subcommands()
+        .filter(|c| sub.is_none_or(|s| c.get_name() == s || c.get_all_aliases().any(|a| a == s)));
+    for c in std::iter::once(&cmd).chain(subs) {
         for a in c.get_arguments() {
             flags.extend(
                 a.get_long_and_visible_aliases()
