@@ -195,7 +195,7 @@ pub async fn acquire_any(
     // same description as the waiting line's, so that a cron mail names the holder.
     let held_by = match &r {
         Err(EngineError::NotAcquired) if args.conflict_exit_code != Some(0) || ctx.out.json => {
-            waiting::holder(&ctx.shards, &all).await
+            Waiting::holder(&ctx.shards, &all).await
         }
         _ => None,
     };

@@ -50,7 +50,7 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
     // Who still holds it, as the waiting line names them.
     let held_by = match free {
         false if args.conflict_exit_code != Some(0) || ctx.out.json => {
-            super::waiting::holder(&ctx.shards, &names).await
+            Waiting::holder(&ctx.shards, &names).await
         }
         _ => None,
     };
