@@ -54,6 +54,7 @@ fn no_test_depends_on_a_global_path_being_absent() {
             for global in [
                 "\"/nonexistent",
                 "=/nonexistent",
+                ":///nonexistent",
                 "\"/no/such",
                 "\"/does/not",
             ] {
