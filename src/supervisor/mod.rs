@@ -182,6 +182,12 @@ pub async fn supervise_with(
             if lost.is_none() {
                 lost = Some(why.clone());
                 lost_event(why);
+                // A dlock stopped past the deadline may hear of the loss after the watchdog
+                // has stopped the command: say so, not that it stops it now.
+                if let Ok(Some(status)) = child.try_wait() {
+                    out.error(&format!("{why}; the command had already ended"));
+                    break Ok(status);
+                }
                 out.error(&format!("{why}; stopping the command"));
                 let _ = sys::kill_group(pgid, libc::SIGTERM);
                 if let Some(d) = &dog {
