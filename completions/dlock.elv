@@ -138,8 +138,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --verbose 'Say more on stderr (repeat for more)'
             cand -q 'Say nothing on stderr but errors'
             cand --quiet 'Say nothing on stderr but errors'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
         }

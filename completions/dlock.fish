@@ -118,7 +118,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l shared -d 'Share the
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l json -d 'Print results as JSON on stdout'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Say nothing on stderr but errors'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shared -d 'Also take this name shared (with other sharers, never with an exclusive holder); may repeat' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r

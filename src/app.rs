@@ -81,18 +81,10 @@ fn clap_error(e: clap::Error) -> i32 {
                 Output::plain().error(&format!("{msg}; see 'dlock --help'"));
                 return ExitCode::Usage.into();
             }
-            let rendered = e.render().to_string();
-            let first = rendered
-                .lines()
-                .next()
-                .unwrap_or("bad usage")
-                .trim_start_matches("error: ");
-            let tip = rendered
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("tip: "))
-                .map(|t| format!(" ({t})"))
-                .unwrap_or_default();
-            Output::plain().error(&format!("{first}{tip}; see 'dlock --help'"));
+            let argv: Vec<String> = std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            Output::plain().error(&crate::usage::message(&e, &argv));
             ExitCode::Usage.into()
         }
     }

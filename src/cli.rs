@@ -77,6 +77,40 @@ pub struct GlobalArgs {
     pub store_timeout: Option<Duration>,
 }
 
+/// The rest of `run --help` and of dlock-run(1): what the command sees, how dlock ends, and
+/// the three uses people come for.
+const RUN_AFTER_HELP: &str = "\
+Environment of the command:
+  DLOCK_NAME      the lock name (with --any, the one taken)
+  DLOCK_TOKEN     the lease's owner token (for `dlock extend` or `dlock unlock`)
+  DLOCK_FENCE     the fencing token: an integer that rises with every grant of the name; pass
+                  it to the storage you write to and refuse writes with an older one
+  DLOCK_FENCES    name=fence for every name held, comma-separated (multilock)
+  DLOCK_PREVIOUS  how the lease before this one ended: none, released, or expired (its holder
+                  died or lost it mid-work: check what it left behind)
+
+Exit codes:
+  the command's own code when it ran; 128+N when it was killed by signal N
+  64   usage: a bad flag, URL, duration or name
+  69   stores unavailable: no majority reachable in time
+  70   the lock was lost while the command ran; the command was stopped
+  75   not acquired: busy with -n, or -w ran out (-E CODE replaces it)
+  77   refused by the store: authentication or permission
+  78   configuration: the store can never do this as it is set up
+  124  --max-runtime ran out; the command was stopped
+  126, 127  the command could not be run, or was not found
+
+Examples:
+  # A cron job that skips a run while the last one is still going:
+  dlock run nightly-backup -n -- /usr/local/bin/backup.sh
+
+  # One deploy at a time across hosts, on a majority of three Redis servers:
+  dlock --store redis://r1:6379 --store redis://r2:6379 --store redis://r3:6379 \\
+      run deploy -w 10m --reason \"release 1.4\" -- make deploy
+
+  # Writes the storage refuses from an older holder (see DLOCK_FENCE):
+  dlock run db-migrate -- sh -c './migrate --fence \"$DLOCK_FENCE\"'";
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ColorWhen {
     Auto,
@@ -93,7 +127,7 @@ pub enum Command {
     /// Renew a lease held by a token
     Extend(ExtendArgs),
     /// Run a command while holding a lock, renewing it until the command exits
-    #[command(alias = "run-with-lock")]
+    #[command(alias = "run-with-lock", after_long_help = RUN_AFTER_HELP)]
     Run(RunArgs),
     /// Take several locks at once, all or none, then run a command or print the token
     Multilock(MultilockArgs),

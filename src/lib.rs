@@ -20,3 +20,4 @@ pub mod shard;
 pub mod store;
 pub(crate) mod supervisor;
 pub mod sys;
+pub(crate) mod usage;

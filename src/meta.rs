@@ -19,9 +19,10 @@ pub fn holder(command: &[std::ffi::OsString]) -> String {
 /// The metadata with the holder's own `reason` (`--reason`, `DLOCK_REASON`) and, under CI,
 /// the job that took the lease, so whoever waits can tell why and who.
 pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> String {
+    // Quoted as a shell would take it back: `sh -c 'sleep 3'`, not `sh -c sleep 3`.
     let cmd: String = command
         .iter()
-        .map(|a| a.to_string_lossy())
+        .map(|a| shell_quote(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
@@ -60,6 +61,16 @@ pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> Stri
     }
     // Only a pathological host or user name gets here; keep the pid and version at least.
     json!({ "pid": crate::sys::pid(), "version": env!("CARGO_PKG_VERSION") }).to_string()
+}
+
+/// One word as a POSIX shell reads it back: bare when it has only characters no shell treats
+/// specially, otherwise in single quotes (a quote inside written as '\'').
+pub fn shell_quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, marked with '…' when cut.
@@ -172,6 +183,20 @@ mod tests {
         assert!(m.len() <= MAX_META);
         let huge = holder(&["x".repeat(100_000).into()]);
         assert!(huge.len() <= MAX_META);
+    }
+
+    #[test]
+    fn the_command_is_quoted_as_a_shell_would() {
+        let m = holder(&[
+            "sh".into(),
+            "-c".into(),
+            "sleep 3".into(),
+            "it's".into(),
+            "".into(),
+        ]);
+        assert_eq!(parse(&m)["command"], r#"sh -c 'sleep 3' 'it'\''s' ''"#);
+        assert_eq!(shell_quote("a/b-c.d=e"), "a/b-c.d=e");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
     }
 
     #[test]

@@ -224,6 +224,28 @@ pub async fn acquire_any(
         ),
         _ => (format!("{what} is held"), "each is still held"),
     };
+    // Whoever holds it, for the one line (and the JSON) that says it was not acquired: the
+    // same description as the waiting line's, so that a cron mail names the holder.
+    let held_by = match &r {
+        Err(EngineError::NotAcquired) if args.conflict_exit_code != Some(0) || ctx.out.json => {
+            Waiting::holder(&ctx.shards, &all).await
+        }
+        _ => None,
+    };
+    if let (Err(EngineError::NotAcquired), true) = (&r, ctx.out.json) {
+        let mut v = json!({ "acquired": false, "holder": held_by.as_ref().map(|h| &h.1) });
+        if req.names.len() == 1 && reqs.len() == 1 {
+            v["name"] = json!(req.names[0]);
+        } else {
+            v["names"] = json!(all);
+        }
+        ctx.out.json_value(&v);
+    }
+    let by = match held_by {
+        Some((line, _)) if all.len() > 1 => format!("({line})"),
+        Some((line, _)) => line,
+        None => "by someone else".to_string(),
+    };
     r.map_err(|e| match e {
         EngineError::NotAcquired => {
             let code = args
@@ -232,11 +254,11 @@ pub async fn acquire_any(
             let msg = match (args.no_wait, args.wait) {
                 _ if args.conflict_exit_code == Some(0) => String::new(),
                 (false, Some(w)) => format!(
-                    "gave up waiting for {what} after {} (-w {}): {still}",
+                    "gave up waiting for {what} after {} (-w {}): {still} {by}",
                     took(),
                     humantime::format_duration(w)
                 ),
-                _ => format!("{busy} by someone else; not acquired"),
+                _ => format!("{busy} {by}; not acquired"),
             };
             Error::new(code, msg)
         }

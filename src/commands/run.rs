@@ -123,9 +123,21 @@ fn names_and_command(
         names
     };
     if command.is_empty() {
-        return Err(Error::usage(
-            "no command to run: give it after the lock name, as in `dlock run NAME -- CMD`",
-        ));
+        return Err(Error::usage(if names_after_dash_dash(&names) {
+            // `dlock run -- CMD`: clap fills the name slot with the command's first word.
+            "no lock name: the words after `--` are the command; give the name before it, as \
+             in `dlock run NAME -- CMD`"
+        } else {
+            "no command to run: give it after the lock name, as in `dlock run NAME -- CMD`"
+        }));
     }
     Ok((names, command))
+}
+
+/// Whether the one name came right after `--` on the command line (so it was meant as the
+/// command, and the name is missing). clap does not say where a positional came from.
+fn names_after_dash_dash(names: &[String]) -> bool {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    argv.windows(2)
+        .any(|w| w[0] == "--" && names.len() == 1 && w[1] == *names[0].as_str())
 }

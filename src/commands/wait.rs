@@ -47,13 +47,25 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
         }
     };
     waiting.finish(if free { Outcome::Free } else { Outcome::GaveUp });
+    // Who still holds it, as the waiting line names them.
+    let held_by = match free {
+        false if args.conflict_exit_code != Some(0) || ctx.out.json => {
+            Waiting::holder(&ctx.shards, &names).await
+        }
+        _ => None,
+    };
     if ctx.out.json {
-        ctx.out.json_value(&json!({
+        let mut v = json!({
             "name": args.name,
             "free": free,
             "waited_ms": millis(waited),
-        }));
+        });
+        if !free {
+            v["holder"] = json!(held_by.as_ref().map(|h| &h.1));
+        }
+        ctx.out.json_value(&v);
     }
+    let by = held_by.map_or_else(String::new, |h| format!(" {}", h.0));
     if free {
         if !ctx.out.json {
             ctx.out.debug(&format!("{} is free", args.name));
@@ -66,11 +78,11 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
     let msg = match args.wait {
         _ if args.conflict_exit_code == Some(0) => String::new(),
         Some(w) if !w.is_zero() => format!(
-            "{} is still held after waiting {}",
+            "{} is still held{by} after waiting {}",
             args.name,
             humantime::format_duration(w)
         ),
-        _ => format!("{} is held", args.name),
+        _ => format!("{} is held{by}", args.name),
     };
     Err(Error::new(code, msg))
 }

@@ -209,29 +209,92 @@ impl<'a> Waiting<'a> {
 
     /// Read who holds the first busy name, from every store at once, within `READ_LIMIT`.
     async fn refresh(&mut self) {
-        for name in self.names {
+        self.seen = Self::read(self.shards, self.names).await;
+    }
+
+    /// Who holds the first of `names` that is held, from every store at once, within `READ_LIMIT`
+    /// and the store timeout (for the last name, its state even when free). None when no store
+    /// answered.
+    async fn read(shards: &Shards, names: &[String]) -> Option<Seen> {
+        for name in names {
+            let engine = shards.engine(name);
+            let limit = READ_LIMIT.min(engine.store_timeout());
             let reads = join_all(
-                self.shards
-                    .engine(name)
+                engine
                     .stores()
                     .iter()
-                    .map(|s| timeout(READ_LIMIT, s.inspect(name))),
+                    .map(|s| timeout(limit, s.inspect(name))),
             )
             .await;
             let states: Vec<LockState> = reads.into_iter().filter_map(|r| r.ok()?.ok()).collect();
             let refs: Vec<&LockState> = states.iter().collect();
             // Show a holder a minority of stores report too: a person wants to know of it.
             let merged = merge(&refs, 1);
-            if !merged.holders.is_empty() || name == self.names.last().unwrap_or(name) {
-                self.seen = Some(Seen {
+            if !merged.holders.is_empty() || name == names.last().unwrap_or(name) {
+                return Some(Seen {
                     at: Instant::now(),
                     name: name.clone(),
                     holders: merged.holders,
                     waiters: merged.waiters,
                 });
-                return;
             }
         }
+        None
+    }
+
+    /// The holder of the first held name of `names`, for the message of a caller that did not get
+    /// the lock (`-n`, or a wait that ran out): the one line the waiting line shows, and the same
+    /// fields as JSON. When there are several names, the line names the one found held. None when
+    /// nobody holds any of them any more, or no store answered.
+    pub async fn holder(shards: &Shards, names: &[String]) -> Option<(String, serde_json::Value)> {
+        let seen = Self::read(shards, names).await?;
+        let first = seen.holders.first()?;
+        let h = &first.holder;
+        let m = &h.meta;
+        let f = |k: &str| printable(meta::field(m, k).unwrap_or("?"));
+        let pid = m.get("pid").map_or("?".into(), |p| p.to_string());
+        let mut line = match names.len() {
+            1 => String::new(),
+            _ => format!("{} ", printable(&seen.name)),
+        };
+        line.push_str(&format!("by {}@{} pid {pid}", f("user"), f("host")));
+        if let Some(cmd) = meta::field(m, "command") {
+            line.push_str(&format!(" ({})", printable(cmd)));
+        }
+        if seen.holders.len() > 1 {
+            line.push_str(&format!(" and {} more", seen.holders.len() - 1));
+        }
+        if let Some(d) = meta::held_for(m) {
+            line.push_str(&format!(" for {}", compact(d)));
+        }
+        let left = seen.holders.iter().map(|q| q.holder.ttl_left_ms).max();
+        line.push_str(&format!(
+            ", expires in {}",
+            compact(Duration::from_millis(left.unwrap_or(0)))
+        ));
+        // Last, as on the waiting line: the longest parts.
+        if let Some(r) = meta::field(m, "reason") {
+            line.push_str(&format!(", reason: {}", printable(r)));
+        }
+        if let Some(c) = meta::field(m, "ci") {
+            line.push_str(&format!(", ci: {}", printable(c)));
+        }
+        let v = json!({
+            "name": seen.name,
+            "owner": h.owner,
+            "mode": h.mode,
+            "fence": h.fence,
+            "user": meta::field(m, "user"),
+            "host": meta::field(m, "host"),
+            "pid": m.get("pid"),
+            "command": meta::field(m, "command"),
+            "held_for_ms": meta::held_for(m).map(|d| d.as_millis() as u64),
+            "expires_in_ms": h.ttl_left_ms,
+            "reason": meta::field(m, "reason"),
+            "ci": meta::field(m, "ci"),
+            "holders": seen.holders.len(),
+        });
+        Some((line, v))
     }
 
     /// Our position in the store's queue, if the last read found us in one.

@@ -642,14 +642,25 @@ impl Engine {
         self.tally(self.fan_out(&self.all(), |s| s.force_release(names)).await)
     }
 
-    /// What each store knows of `name`, in store order, with setup warnings.
+    /// What each store knows of `name`, in store order, with setup warnings. The warnings are
+    /// read inside the same bounded fan-out: a store that stops answering after it connected
+    /// shows as unreachable instead of holding the whole command up.
     pub async fn inspect(&self, name: &str) -> Vec<(String, StoreResult<LockState>, Vec<String>)> {
-        let states = self.fan_out(&self.all(), |s| s.inspect(name)).await;
-        let warnings = join_all(self.stores.iter().map(|s| s.warnings())).await;
+        let states = self
+            .fan_out(&self.all(), |s| async move {
+                let (st, w) = futures_util::join!(s.inspect(name), s.warnings());
+                st.map(|st| (st, w))
+            })
+            .await;
         states
             .into_iter()
-            .zip(warnings)
-            .map(|((i, r), w)| (self.stores[i].describe().to_string(), r, w))
+            .map(|(i, r)| {
+                let (r, w) = match r {
+                    Ok((st, w)) => (Ok(st), w),
+                    Err(e) => (Err(e), Vec::new()),
+                };
+                (self.stores[i].describe().to_string(), r, w)
+            })
             .collect()
     }
 

@@ -380,6 +380,24 @@ impl std::error::Error for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a failed connection comes down to, said once: "connection refused", or the system's
+/// words for another I/O error, from the innermost I/O error among `e`'s causes (client
+/// libraries wrap it in layers that each repeat it, or bury it under a guess).
+pub fn io_cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(e);
+    let mut io = None;
+    while let Some(c) = cause {
+        if let Some(i) = c.downcast_ref::<std::io::Error>() {
+            io = Some(i);
+        }
+        cause = c.source();
+    }
+    io.map(|i| match i.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        _ => i.to_string(),
+    })
+}
+
 /// How much a `doctor` finding matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

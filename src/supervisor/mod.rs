@@ -217,7 +217,9 @@ impl<'a> Supervised<'a> {
         let never = self.started;
         loop {
             let health = self.health.borrow().clone();
-            self.follow(&health);
+            if let Some(ended) = self.follow(&health) {
+                return ended;
+            }
             let mut kill_at = health.deadline - self.margin;
             if let Some(at) = self.gone_kill_at {
                 kill_at = kill_at.min(at);
@@ -240,7 +242,14 @@ impl<'a> Supervised<'a> {
                         job::resume(t, self.pgid);
                     }
                 }
-                _ = sleep_until(term_at), if !self.term_sent => self.unrenewed(&health),
+                _ = sleep_until(term_at), if !self.term_sent => {
+                    // A dlock stopped (SIGSTOP) past the deadline wakes after the watchdog
+                    // has stopped the command: claim no signal that is not sent.
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        return Ok(status);
+                    }
+                    self.unrenewed(&health);
+                }
                 _ = sleep_until(self.stop_at.unwrap_or(never)),
                     if self.stop_at.is_some() && self.overrun_kill_at.is_none() => self.overrun(),
                 _ = sleep_until(self.overrun_kill_at.unwrap_or(never)),
@@ -249,6 +258,9 @@ impl<'a> Supervised<'a> {
                     self.kill();
                 }
                 _ = sleep_until(kill_at), if self.term_sent && !self.kill_sent => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        return Ok(status);
+                    }
                     self.out.error(
                         "the command did not stop in time; sending SIGKILL before the lease runs out",
                     );
@@ -259,14 +271,17 @@ impl<'a> Supervised<'a> {
     }
 
     /// Pass a renewed deadline on to the watchdog; act on a lease the store said is gone.
-    fn follow(&mut self, health: &Health) {
+    /// Returns the command's status when the loss is heard after the command already ended.
+    fn follow(&mut self, health: &Health) -> Option<std::io::Result<std::process::ExitStatus>> {
         if health.deadline != self.pushed {
             self.pushed = health.deadline;
             self.dog.push(self.pushed);
         }
-        let Some(why) = &health.lost else { return };
+        let Some(why) = &health.lost else {
+            return None;
+        };
         if self.gone_kill_at.is_some() {
-            return;
+            return None;
         }
         let at = (health.deadline - self.margin).min(Instant::now() + self.grace);
         self.gone_kill_at = Some(at);
@@ -276,10 +291,18 @@ impl<'a> Supervised<'a> {
         if self.lost.is_none() {
             self.lost = Some(why.clone());
             self.lost_event(why);
+            // A dlock stopped past the deadline may hear of the loss after the watchdog has
+            // stopped the command: say so, not that it stops it now.
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.out
+                    .error(&format!("{why}; the command had already ended"));
+                return Some(Ok(status));
+            }
             self.out.error(&format!("{why}; stopping the command"));
             self.terminate();
             self.term_sent = true;
         }
+        None
     }
 
     /// No renewal by (deadline - kill grace): the lock is being lost.

@@ -97,8 +97,9 @@ impl Supervised<'_> {
                 ),
             );
         }
-        if let Some(why) = self.lost.take() {
-            return Err(Error::new(ExitCode::LockLost, format!("lock lost: {why}")));
+        if self.lost.is_some() {
+            // The loss was said when it happened, once; the exit code says the rest.
+            return Err(Error::new(ExitCode::LockLost, ""));
         }
         let ended = exit_status(status, overran, self.limits);
         // false: no majority confirmed the release; the lease runs out by its ttl.

@@ -76,8 +76,14 @@ impl Run {
 /// A lost grant's victim must not enter after the loss (one that entered heard its reply
 /// before the drop: counted, as the fault missed), and someone else must enter within the
 /// victim's ttl and a little more.
-pub(crate) fn check(s: &mut Summary, secs: &[Section], faults: &[Injected], ttl: Duration) {
-    let due = ttl * VICTIM_TTLS + (ttl / 2).max(Duration::from_millis(500));
+pub(crate) fn check(
+    s: &mut Summary,
+    secs: &[Section],
+    faults: &[Injected],
+    ttl: Duration,
+    slack: Duration,
+) {
+    let due = ttl * VICTIM_TTLS + slack;
     for f in faults.iter().filter(|f| f.fault == Fault::LostGrant) {
         let (Some(at), Some(victim)) = (f.at, &f.victim) else {
             continue;

@@ -21,6 +21,7 @@ mod lost_grant;
 mod partition;
 mod server_life;
 mod sharded;
+mod slack;
 mod waiters;
 
 use std::collections::BTreeMap;
@@ -1115,11 +1116,11 @@ fn check(
             f.victim, f.exit
         ));
     }
-    lost_grant::check(&mut s, &secs, faults, ttl);
-    holder_tree::check(&mut s, faults);
     // Stuck: after a holder died or froze, someone else must enter within the ttl (plus the
-    // time a waiter takes to notice and ask again).
-    let slack = (ttl / 2).max(Duration::from_millis(500));
+    // time a waiter takes to notice and ask again, measured on this run's hand-offs).
+    let slack = slack::slack(ttl, &handoffs);
+    lost_grant::check(&mut s, &secs, faults, ttl, slack);
+    holder_tree::check(&mut s, faults);
     // A holder cut from a minority (or a member) that kept its lock: nobody is due to enter
     // after it. A lost grant is judged on its own (lost_grant::check).
     for f in faults.iter().filter(|f| {
@@ -1159,24 +1160,18 @@ fn check(
                 (t + (ended - began) / 1_000_000, true)
             });
         let gap = ((next - at) / 1_000_000).saturating_sub(held_up);
-        // A cut-off holder's renewals may still reach the store unheard (lost replies) and
-        // keep its lease up to a ttl past its own deadline, and a ZooKeeper session lives on
-        // while its client keeps pinging: after a cut the next holder is due within 3 x ttl
-        // (max-cut-to-next-ms says how long it took). max-free-ms counts the other faults.
-        let mut due = if f.fault.cuts_majority() {
-            ttl * 3
-        } else {
+        // After a cut the next holder is due within 3 x ttl (max-cut-to-next-ms says how long
+        // it took; slack::due says why). max-free-ms counts the other faults.
+        if !f.fault.cuts_majority() {
             s.max_gap_ms = s.max_gap_ms.max(gap);
-            ttl + slack
-        };
-        if after_store {
-            due += ttl;
         }
+        let due = slack::due(ttl, slack, f.fault.cuts_majority(), after_store);
         if Duration::from_millis(gap) > due {
             s.stuck += 1;
             s.details.push(format!(
-                "stuck: {gap} ms after {} of {victim}",
-                f.fault.name()
+                "stuck: {gap} ms after {} of {victim} (due within {} ms)",
+                f.fault.name(),
+                due.as_millis()
             ));
         }
     }

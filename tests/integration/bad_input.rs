@@ -38,7 +38,10 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
     let wrong_pw = format!("redis://:wrong@127.0.0.1:{g}");
     let no_pw = format!("redis://127.0.0.1:{g}");
     let tls_plain = format!("rediss://127.0.0.1:{p}");
-    let missing_pw_file = format!("redis://127.0.0.1:{p}?password_file=/nonexistent/pw");
+    let missing_pw_file = format!(
+        "redis://127.0.0.1:{p}?password_file={}",
+        env.path("missing/pw").display()
+    );
     // A typo in a file store's path: only a directory whose parent exists is created.
     let typo = format!("file://{}", env.path("typo/path").display());
     // (arguments, exit code); every case names the held lock where it can, so a bug that
@@ -400,6 +403,14 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             64,
         ),
         (vec![s("completions"), s("tcsh")], 64),
+        // Usage errors whose message clap spreads over lines or words badly (issue 26).
+        (vec![s("unlock"), s("held")], 64),
+        (vec![s("multilock"), s("--"), s("true")], 64),
+        (vec![s("run"), s("--"), s("true")], 64),
+        (vec![s("rn"), s("held"), s("--"), s("true")], 64),
+        (vec![s("lock"), s("held"), s("-nowait")], 64),
+        (vec![s("run"), s("held"), s("-x")], 64),
+        (vec![s("completions"), s("nosuch")], 64),
     ];
     assert!(cases.len() >= 40);
     for (args, expected) in &cases {
@@ -435,6 +446,9 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
 #[test]
 fn messages_name_the_problem_and_escape_what_the_user_typed() {
     let env = Env::file();
+    // Ports nothing listens on: the SQL stores say "connection refused", once.
+    let pg_refused = format!("postgres://127.0.0.1:{}/db", free_port());
+    let my_refused = format!("mysql://127.0.0.1:{}/db", free_port());
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
         (
             vec!["run", "x", "--max-runtme", "1s", "--", "true"],
@@ -478,6 +492,40 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
             64,
             "both a lock name (\"echo\") and --any were given",
         ),
+        // clap's "not provided:" is followed by what is missing, on the same line.
+        (
+            vec!["unlock", "a"],
+            64,
+            "not provided: <--token <TOKEN>|--force>",
+        ),
+        (vec!["multilock", "--", "true"], 64, "not provided: <NAME>"),
+        (vec!["run", "--", "true"], 64, "no lock name"),
+        (vec!["rn", "x", "--", "true"], 64, "(did you mean 'run'?)"),
+        (
+            vec!["lock", "x", "-nowait"],
+            64,
+            "unexpected argument '-nowait' (a long flag takes two dashes: did you mean '--no-wait'?)",
+        ),
+        (
+            vec!["run", "job", "-x"],
+            64,
+            "'-x' found: not a flag of dlock run",
+        ),
+        (
+            vec!["completions", "nosuch"],
+            64,
+            "(possible values: bash, elvish, fish, powershell, zsh)",
+        ),
+        (
+            vec!["--store", &pg_refused, "lock", "x"],
+            69,
+            ": connection refused; ",
+        ),
+        (
+            vec!["--store", &my_refused, "lock", "x"],
+            69,
+            ": connection refused; ",
+        ),
     ];
     for (args, expected, want) in cases {
         let o = env.run(&args);
@@ -485,6 +533,10 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
         assert_code(&o, expected);
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("hunter2"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        // Following clap's usual tip would make the mistyped flag the command.
+        assert!(!err.contains("'-- -x'"), "{err}");
+        assert!(err.matches("refused").count() <= 1, "{err}");
     }
 }
 

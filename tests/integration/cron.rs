@@ -30,7 +30,7 @@ fn hold_min_keeps_the_lease_after_the_command(env: &Env) {
     let v = held(env, "job");
     assert_eq!(v["held"], true, "{v}");
     let h = &v["holders"][0];
-    assert_eq!(h["meta"]["command"], "sh -c exit 3", "{v}");
+    assert_eq!(h["meta"]["command"], "sh -c 'exit 3'", "{v}");
     let left = h["ttl_left_ms"].as_u64().unwrap();
     assert!(left > 0 && left <= 6000, "{v}");
     assert_code(&env.run(&["run", "job", "-n", "--", "true"]), 75);

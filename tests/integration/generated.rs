@@ -56,3 +56,61 @@ fn every_command_has_a_man_page() {
         assert!(pages.contains(&format!("dlock-{cmd}.1")), "{pages:?}");
     }
 }
+
+/// `run --help` and dlock-run(1) tell what the command sees, how dlock ends, and show how.
+#[test]
+fn run_help_lists_the_environment_exit_codes_and_examples() {
+    let o = crate::common::Env::file().run(&["run", "--help"]);
+    crate::common::assert_code(&o, 0);
+    let help = crate::common::stdout(&o);
+    let man = dlock::docs::man_pages()
+        .into_iter()
+        .find(|(n, _)| n == "dlock-run.1")
+        .map(|(_, b)| String::from_utf8(b).unwrap())
+        .unwrap();
+    for text in [&help, &man] {
+        for want in [
+            "DLOCK_NAME",
+            "DLOCK_TOKEN",
+            "DLOCK_FENCE ",
+            "DLOCK_FENCES",
+            "DLOCK_PREVIOUS",
+            "Exit codes:",
+            "70 ",
+            "75 ",
+            "Examples:",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+        assert!(text.matches("dlock run ").count() + text.matches("run deploy").count() >= 3);
+    }
+}
+
+/// Every crontab line in the README names dlock by a full path: cron runs jobs with
+/// PATH=/usr/bin:/bin, and `cargo install` puts dlock in ~/.cargo/bin. The install step the
+/// README gives must put it at that path.
+#[test]
+fn the_readme_cron_recipes_work_under_crons_path() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let mut in_cron = false;
+    let mut lines = 0;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_cron = line == "```cron";
+            continue;
+        }
+        if !in_cron || line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        // Five time fields, then the command.
+        let command = line.split_whitespace().nth(5).unwrap_or_default();
+        assert!(
+            command == "/usr/local/bin/dlock" || command == "/usr/bin/dlock",
+            "a crontab line in the README runs {command:?}, which cron's PATH does not find: {line}"
+        );
+        lines += 1;
+    }
+    assert!(lines >= 2, "no crontab lines found in the README");
+    assert!(readme.contains("cargo install --locked --path . --root /usr/local"));
+}

@@ -107,7 +107,8 @@ fn a_child_killed_by_sigkill_gives_137() {
 #[test]
 fn a_missing_command_gives_127_and_releases() {
     let env = Env::file();
-    let o = env.run(&["run", "job", "--", "/no/such/command"]);
+    let missing = env.path("no-such-command").display().to_string();
+    let o = env.run(&["run", "job", "--", &missing]);
     assert_code(&o, 127);
     assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
     assert_code(&env.run(&["lock", "job", "-n"]), 0);

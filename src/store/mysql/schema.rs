@@ -285,7 +285,10 @@ pub fn classify(e: Error) -> StoreError {
             }
             _ => StoreError::protocol(format!("unexpected answer: {}", s.message)),
         },
-        Error::Io(_) => StoreError::unavailable(format!("cannot reach the server: {e}")),
+        Error::Io(_) => StoreError::unavailable(format!(
+            "cannot reach the server: {}",
+            crate::store::io_cause(&e).unwrap_or_else(|| e.to_string())
+        )),
         Error::Driver(_) => StoreError::unavailable(format!(
             "cannot talk to the server: {e} (is this a MySQL or MariaDB server?)"
         )),

@@ -211,9 +211,12 @@ pub fn classify(e: tokio_postgres::Error) -> StoreError {
         }
         Some(_) => StoreError::protocol(format!("unexpected answer: {}", db_message(&e))),
         None if e.is_closed() => StoreError::unavailable("the connection to PostgreSQL closed"),
-        None => StoreError::unavailable(format!(
-            "cannot talk to PostgreSQL: {e} (is this a PostgreSQL server?)"
-        )),
+        None => match crate::store::io_cause(&e) {
+            Some(io) => StoreError::unavailable(format!("cannot reach PostgreSQL: {io}")),
+            None => StoreError::unavailable(format!(
+                "cannot talk to PostgreSQL: {e} (is this a PostgreSQL server?)"
+            )),
+        },
     };
     error.with_source(e)
 }
