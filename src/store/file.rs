@@ -468,7 +468,8 @@ impl Store for FileStore {
 
 /// inotify on the namespace directory, reporting renames onto the watched state files.
 struct DirWatch {
-    fd: AsyncFd<OwnedFd>,
+    /// Always `Some` until dropped (see `Drop`).
+    fd: Option<AsyncFd<OwnedFd>>,
     files: HashSet<String>,
 }
 
@@ -491,7 +492,14 @@ impl DirWatch {
         // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
         let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
             .map_err(|e| io::Error::other(e.to_string()))?;
-        Ok(DirWatch { fd, files })
+        Ok(DirWatch {
+            fd: Some(fd),
+            files,
+        })
+    }
+
+    fn fd(&self) -> &AsyncFd<OwnedFd> {
+        self.fd.as_ref().expect("the inotify descriptor lives until drop")
     }
 
     /// Read pending events; true if one names a watched file.
@@ -502,7 +510,7 @@ impl DirWatch {
             // SAFETY: buf is writable for its length.
             let n = unsafe {
                 libc::read(
-                    self.fd.get_ref().as_raw_fd(),
+                    self.fd().get_ref().as_raw_fd(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
                 )
@@ -531,12 +539,26 @@ impl DirWatch {
     }
 }
 
+impl Drop for DirWatch {
+    /// Closing an inotify descriptor waits for the kernel's SRCU grace period (1 to 20 ms,
+    /// longer on a busy host), and a waiter drops its watch just after its grant, before it
+    /// starts its command: the handoff would wait on it. A blocking-pool thread (idle by then:
+    /// it made the grant) closes it instead; outside a runtime, this one.
+    fn drop(&mut self) {
+        let Some(fd) = self.fd.take() else { return };
+        let fd = fd.into_inner();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || drop(fd));
+        }
+    }
+}
+
 #[async_trait]
 impl Listener for DirWatch {
     async fn changed(&mut self, max: Duration) {
         let _ = tokio::time::timeout(max, async {
             loop {
-                let Ok(mut guard) = self.fd.readable().await else {
+                let Ok(mut guard) = self.fd().readable().await else {
                     return;
                 };
                 match self.drain() {
