@@ -41,7 +41,6 @@ struct Dir {
     dir: PathBuf,
     desc: String,
     boot: String,
-    turns: turn::Kept,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -190,7 +189,6 @@ impl Dir {
             desc: format!("file://{}", root.display()),
             dir,
             boot: sys::boot_id(),
-            turns: Default::default(),
         })
     }
 
@@ -338,8 +336,7 @@ impl Store for FileStore {
         // name's release matters.
         Ok(match req.names.as_slice() {
             [name] => Box::new(
-                turn::TurnWatch::new(self.0.clone(), &file_name(name), req, files)
-                    .map_err(watch_err)?,
+                turn::TurnWatch::new(&self.0.dir, &file_name(name), files).map_err(watch_err)?,
             ),
             _ => Box::new(DirWatch::new(&self.0.dir, files).map_err(watch_err)?),
         })
@@ -389,10 +386,7 @@ impl Store for FileStore {
                     changed.push((name.clone(), st));
                 }
             }
-            let written = fs.commit(&changed);
-            // After the state says it: the next in line wakes to find the lock free.
-            turn::give_up(fs, &token);
-            written?;
+            fs.commit(&changed)?;
             Ok(any)
         })
         .await

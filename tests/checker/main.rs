@@ -520,7 +520,7 @@ impl Setup {
 
     /// Keys or state files still there after every client finished. Redis keeps the per-name
     /// fence record `dlock:{ns:name}:f` by design; the file store keeps its state file, which
-    /// must hold no holder, and the name's turn file (see src/store/file/turn.rs).
+    /// must hold no holder.
     fn leftovers(&self) -> Vec<String> {
         match &self.stores {
             Stores::File(d) => {
@@ -528,9 +528,7 @@ impl Setup {
                 let ns = d.path().join("default");
                 for e in std::fs::read_dir(&ns).unwrap().flatten() {
                     let f = e.file_name().to_string_lossy().to_string();
-                    // The namespace's flock and each name's waiting line (an empty file
-                    // whose kernel lock is the line) stay, as the state files do.
-                    if f == ".lock" || (f.starts_with('.') && f.ends_with(".turn")) {
+                    if f == ".lock" {
                         continue;
                     }
                     let text = std::fs::read_to_string(e.path()).unwrap_or_default();
