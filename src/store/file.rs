@@ -7,13 +7,11 @@
 //! (a change to several names goes through a journal: see `journal`).
 //! Deadlines are on CLOCK_BOOTTIME, which every process of the host shares and the wall clock
 //! cannot move; a state file from an earlier boot has no live holders.
-//! Waiters of one name queue on a kernel lock (see `turn`); the head of that line is woken by
-//! inotify on the directory (the rename of a state file).
+//! Waiters are woken by inotify on the directory (the rename of a state file).
 
 mod doctor;
 mod journal;
 mod shards;
-mod turn;
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -330,16 +328,11 @@ impl Store for FileStore {
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
-        let files: HashSet<String> = req.names.iter().map(|n| file_name(n)).collect();
-        let watch_err = |e| io_err("cannot watch", &self.0.dir, e);
-        // One name: wait in its line. Several (multilock): every waiter watches, as each
-        // name's release matters.
-        Ok(match req.names.as_slice() {
-            [name] => Box::new(
-                turn::TurnWatch::new(&self.0.dir, &file_name(name), files).map_err(watch_err)?,
-            ),
-            _ => Box::new(DirWatch::new(&self.0.dir, files).map_err(watch_err)?),
-        })
+        let files = req.names.iter().map(|n| file_name(n)).collect();
+        Ok(Box::new(
+            DirWatch::new(&self.0.dir, files)
+                .map_err(|e| io_err("cannot watch", &self.0.dir, e))?,
+        ))
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
@@ -580,6 +573,5 @@ mod tests {
         }
         assert_eq!(name_of(".tmp"), None);
         assert_eq!(name_of(".lock"), None);
-        assert_eq!(name_of(&turn::turn_file(&file_name("h"))), None);
     }
 }
