@@ -486,7 +486,9 @@ impl DirWatch {
     }
 
     fn fd(&self) -> &AsyncFd<OwnedFd> {
-        self.fd.as_ref().expect("the inotify descriptor lives until drop")
+        self.fd
+            .as_ref()
+            .expect("the inotify descriptor lives until drop")
     }
 
     /// Read pending events; true if one names a watched file.
