@@ -13,18 +13,17 @@ pub(crate) mod dir;
 mod doctor;
 mod journal;
 mod shards;
+mod watch;
 
-use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use tokio::io::unix::AsyncFd;
 
 use super::{
     Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Previous,
@@ -367,10 +366,9 @@ impl Store for FileStore {
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
         let files = req.names.iter().map(|n| file_name(n)).collect();
-        Ok(Box::new(
-            DirWatch::new(&self.0.dir, files)
-                .map_err(|e| io_err("cannot watch", &self.0.dir, e))?,
-        ))
+        let watch = watch::DirWatch::new(&self.0.dir, files, self.0.clone(), req.clone())
+            .map_err(|e| io_err("cannot watch", &self.0.dir, e))?;
+        Ok(Box::new(watch))
     }
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
@@ -488,90 +486,6 @@ impl Store for FileStore {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
-    }
-}
-
-/// inotify on the namespace directory, reporting renames onto the watched state files.
-struct DirWatch {
-    fd: AsyncFd<OwnedFd>,
-    files: HashSet<String>,
-}
-
-impl DirWatch {
-    fn new(dir: &Path, files: HashSet<String>) -> io::Result<DirWatch> {
-        // SAFETY: plain syscalls; the path is NUL-terminated by CString.
-        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: raw is a fresh descriptor we own from here on.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-            .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
-        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_DELETE;
-        // SAFETY: fd is open, c is a valid C string.
-        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        Ok(DirWatch { fd, files })
-    }
-
-    /// Read pending events; true if one names a watched file.
-    fn drain(&self) -> io::Result<bool> {
-        let mut buf = [0u8; 4096];
-        let mut hit = false;
-        loop {
-            // SAFETY: buf is writable for its length.
-            let n = unsafe {
-                libc::read(
-                    self.fd.get_ref().as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return if e.kind() == io::ErrorKind::WouldBlock {
-                    Ok(hit)
-                } else {
-                    Err(e)
-                };
-            }
-            let n = n as usize;
-            let mut off = 0;
-            let header = std::mem::size_of::<libc::inotify_event>();
-            while off + header <= n {
-                let len = u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap()) as usize;
-                let raw = &buf[off + header..(off + header + len).min(n)];
-                let name = raw.split(|&b| b == 0).next().unwrap_or(&[]);
-                if self.files.contains(std::str::from_utf8(name).unwrap_or("")) {
-                    hit = true;
-                }
-                off += header + len;
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl Listener for DirWatch {
-    async fn changed(&mut self, max: Duration) {
-        let _ = tokio::time::timeout(max, async {
-            loop {
-                let Ok(mut guard) = self.fd.readable().await else {
-                    return;
-                };
-                match self.drain() {
-                    Ok(true) => return,
-                    Ok(false) => guard.clear_ready(),
-                    Err(_) => return,
-                }
-            }
-        })
-        .await;
     }
 }
 

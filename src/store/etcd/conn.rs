@@ -295,7 +295,7 @@ fn tls_options(url: &mut ServerUrl) -> StoreResult<Option<TlsOptions>> {
     let mut tls = TlsOptions::new();
     tls = match files.ca {
         Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
-        None => tls.with_native_roots(),
+        None => tls.trust_anchors(crate::store::tls::system_roots()?),
     };
     if let Some((cert, key)) = files.identity {
         tls = tls.identity(Identity::from_pem(cert, key));

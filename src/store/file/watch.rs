@@ -1,0 +1,206 @@
+//! The file store's waiters: inotify on the namespace directory wakes them when a state file
+//! they wait on is replaced, and only when what it now says may admit them.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::unix::AsyncFd;
+
+use super::{Dir, now_ns};
+use crate::store::{Acquire, Listener};
+
+/// inotify on the namespace directory, reporting renames onto the watched state files.
+pub(super) struct DirWatch {
+    /// Always `Some` until dropped (see `Drop`).
+    fd: Option<AsyncFd<OwnedFd>>,
+    files: HashSet<String>,
+    /// The request waiting: a change that cannot admit it (the next holder's grant, which
+    /// renames the state file too) does not wake it (see `may_admit`).
+    ask: (Arc<Dir>, Acquire),
+}
+
+impl DirWatch {
+    pub(super) fn new(
+        dir: &Path,
+        files: HashSet<String>,
+        store: Arc<Dir>,
+        req: Acquire,
+    ) -> io::Result<DirWatch> {
+        // SAFETY: plain syscalls; the path is NUL-terminated by CString.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a fresh descriptor we own from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
+        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_DELETE;
+        // SAFETY: fd is open, c is a valid C string.
+        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(DirWatch {
+            fd: Some(fd),
+            files,
+            ask: (store, req),
+        })
+    }
+
+    fn fd(&self) -> &AsyncFd<OwnedFd> {
+        self.fd
+            .as_ref()
+            .expect("the inotify descriptor lives until drop")
+    }
+
+    /// Whether the state the directory holds now may admit the request: false only when a
+    /// live holder certainly keeps it out. Read without the flock, as `inspect` reads (whole
+    /// renames, a change in flight read from its journal); any doubt wakes the waiter, whose
+    /// attempt decides. Without this, every rename woke every waiter: the release, and then
+    /// the winner's grant, whose losers raced for the flock while the winner started its
+    /// command.
+    fn may_admit(&self) -> bool {
+        let (dir, req) = &self.ask;
+        let now = now_ns();
+        req.each().all(|(name, mode)| match dir.read_settled(name) {
+            Ok(mut st) => {
+                st.purge(now, &dir.boot);
+                st.holders.iter().any(|h| h.token == req.token) || mode.admits(st.modes())
+            }
+            Err(_) => true,
+        })
+    }
+
+    /// Read pending events; true if one names a watched file.
+    fn drain(&self) -> io::Result<bool> {
+        let mut buf = [0u8; 4096];
+        let mut hit = false;
+        loop {
+            // SAFETY: buf is writable for its length.
+            let n = unsafe {
+                libc::read(
+                    self.fd().get_ref().as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return if e.kind() == io::ErrorKind::WouldBlock {
+                    Ok(hit)
+                } else {
+                    Err(e)
+                };
+            }
+            let n = n as usize;
+            let mut off = 0;
+            let header = std::mem::size_of::<libc::inotify_event>();
+            while off + header <= n {
+                let len = u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap()) as usize;
+                let raw = &buf[off + header..(off + header + len).min(n)];
+                let name = raw.split(|&b| b == 0).next().unwrap_or(&[]);
+                if self.files.contains(std::str::from_utf8(name).unwrap_or("")) {
+                    hit = true;
+                }
+                off += header + len;
+            }
+        }
+    }
+}
+
+impl Drop for DirWatch {
+    /// Closing an inotify descriptor waits for the kernel's SRCU grace period (1 to 20 ms,
+    /// longer on a busy host), and a waiter drops its watch just after its grant, before it
+    /// starts its command: the handoff would wait on it. A blocking-pool thread (idle by then:
+    /// it made the grant) closes it instead; outside a runtime, this one.
+    fn drop(&mut self) {
+        let Some(fd) = self.fd.take() else { return };
+        let fd = fd.into_inner();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || drop(fd));
+        }
+    }
+}
+
+#[async_trait]
+impl Listener for DirWatch {
+    async fn changed(&mut self, max: Duration) {
+        let _ = tokio::time::timeout(max, async {
+            loop {
+                let Ok(mut guard) = self.fd().readable().await else {
+                    return;
+                };
+                match self.drain() {
+                    Ok(true) if self.may_admit() => return,
+                    // Drained to the end: wait for the next event.
+                    Ok(_) => guard.clear_ready(),
+                    Err(_) => return,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::store::file::FileStore;
+    use crate::store::{Acquire, Attempt, Mode, Store};
+
+    fn exclusive(name: &str) -> Acquire {
+        Acquire {
+            names: vec![name.into()],
+            modes: vec![Mode::Exclusive],
+            token: crate::names::new_token(),
+            ttl: Duration::from_secs(30),
+            meta: "{}".into(),
+            detached: false,
+        }
+    }
+
+    async fn grant(store: &FileStore, req: &Acquire) {
+        let got = store.try_acquire(req, false).await.unwrap();
+        assert!(
+            matches!(got, Attempt::Granted(_)),
+            "{:?} not granted",
+            req.names
+        );
+    }
+
+    /// A release that another waiter's grant follows at once wakes nobody the grant keeps
+    /// out; a release that leaves the lock free wakes the waiter.
+    #[tokio::test]
+    async fn a_grant_that_keeps_a_waiter_out_does_not_wake_it() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::open(root.path(), "t").unwrap();
+        let (holder, winner, waiter) = (exclusive("h"), exclusive("h"), exclusive("h"));
+        grant(&store, &holder).await;
+        let mut listener = store.listen(&waiter).await.unwrap();
+        assert!(store.release(&holder.names, &holder.token).await.unwrap());
+        grant(&store, &winner).await;
+        let (t, wait) = (Instant::now(), Duration::from_millis(300));
+        listener.changed(wait).await;
+        assert!(
+            t.elapsed() >= wait,
+            "woken while the lock is held ({:?})",
+            t.elapsed()
+        );
+        assert!(store.release(&winner.names, &winner.token).await.unwrap());
+        let t = Instant::now();
+        listener.changed(Duration::from_secs(20)).await;
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the release that freed the lock did not wake the waiter"
+        );
+    }
+}
