@@ -98,7 +98,6 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         .collect();
     let (usable, total, need) = quorums[0];
     let mut host = Vec::new();
-    let mut reports = reports;
     for (i, shard) in shards.iter().enumerate() {
         let members: Vec<usize> = (0..stores.len()).filter(|&k| stores[k].0 == i).collect();
         host.extend(memory::judge(

@@ -15,8 +15,8 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod contention;
-mod holder_tree;
 mod forget;
+mod holder_tree;
 mod lost_grant;
 mod partition;
 mod server_life;
