@@ -50,3 +50,24 @@ pub(crate) fn master_fault(c: &mut RedisCluster, fault: Fault) -> String {
         start.elapsed().as_millis()
     )
 }
+
+/// SIGSTOP a node that is in every client's seed list and masters other slots than the
+/// checked name's (the first such in the list), for less than the node timeout: the cluster
+/// stays up and serves the name, so a process started meanwhile must ask the other seeds and
+/// go on (a run that exits 69 then counts in early-69).
+pub(crate) fn seed_freeze(c: &mut RedisCluster) -> String {
+    let owner = c.master_of(&cluster_key());
+    let Some(seed) = (0..c.nodes.len()).find(|&i| i != owner && c.is_master(i)) else {
+        return "no other master to freeze".to_string();
+    };
+    c.nodes[seed].pause();
+    std::thread::sleep(SEED_FROZEN);
+    c.nodes[seed].resume();
+    format!(
+        "seed {seed} (a master of other slots) frozen for {} ms",
+        SEED_FROZEN.as_millis()
+    )
+}
+
+/// Below the fixture's 1 s cluster node timeout, so that no failover starts.
+const SEED_FROZEN: Duration = Duration::from_millis(700);

@@ -5,14 +5,15 @@
 //! amnesia rule keeps a quorum safe, and fences floored at the store's clock keep rising.
 //!
 //! A single store that forgot cannot be told from a first use: the section running at the
-//! fault may meet the next one until its holder's next renewal finds the lease gone (with the
-//! checker's short sections that is rare, and the record says so if it happens).
+//! fault may meet the next one until its holder's next renewal finds the lease gone. Such an
+//! overlap is counted apart (`beyond-claims-overlaps=forget-one:N`) only within its bounds
+//! (`allowed_overlap`); any other is an overlap.
 
 use std::thread;
 use std::time::Duration;
 
 use crate::common::wait_for;
-use crate::{Fault, Setup, Stores, cluster};
+use crate::{Fault, Injected, Section, Setup, Stores, cluster};
 
 pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
     match &mut setup.stores {
@@ -50,4 +51,27 @@ pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
         }
         _ => unreachable!("no forgetting fault on a durable store"),
     }
+}
+
+/// Whether the overlap of `a` (entered first) and `b` is the one a single store that forgot
+/// allows, and no more: a forget-one fault began while `a` held and before `b` entered, `b`
+/// holds a higher fence (a fenced resource refuses `a` from then on), and `a` ended within a
+/// ttl of the fault's end (its holder never outlives the lease it had). On a quorum
+/// (`alone` false) no overlap is allowed: a member that forgot abstains.
+pub(crate) fn allowed_overlap(
+    a: &Section,
+    b: &Section,
+    faults: &[Injected],
+    spans: &[(u64, u64)],
+    ttl: Duration,
+    alone: bool,
+) -> bool {
+    alone
+        && b.fence > a.fence
+        && faults.iter().zip(spans).any(|(f, &(began, ended))| {
+            f.fault == Fault::ForgetOne
+                && a.enter < began
+                && began <= b.enter
+                && a.end() <= ended + ttl.as_nanos() as u64
+        })
 }

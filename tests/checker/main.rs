@@ -278,6 +278,8 @@ enum Fault {
     ForgetTwo,
     /// Restart two servers of a quorum empty, half a ttl apart.
     ForgetTwoSpaced,
+    /// SIGSTOP a Redis Cluster seed that masters other slots, briefly (cluster.rs).
+    SeedFreeze,
 }
 
 impl Fault {
@@ -307,6 +309,7 @@ impl Fault {
             Fault::ForgetOne => "forget-one",
             Fault::ForgetTwo => "forget-two",
             Fault::ForgetTwoSpaced => "forget-two-spaced",
+            Fault::SeedFreeze => "seed-freeze",
         }
     }
 
@@ -421,6 +424,7 @@ impl Setup {
                     ClockJump,
                     MasterKill,
                     MasterPause,
+                    SeedFreeze,
                     PartitionBlackhole,
                     PartitionDropReplies,
                     LostGrant,
@@ -893,6 +897,7 @@ impl Run {
                 redis_fault(fault, &mut servers[..k], ttl);
                 format!("{k} of {} servers", servers.len())
             }
+            Stores::Cluster(c) if fault == Fault::SeedFreeze => cluster::seed_freeze(c),
             Stores::Cluster(c) => cluster::master_fault(c, fault),
             Stores::Etcd(e) => {
                 let leader = e.leader();
@@ -1038,6 +1043,7 @@ fn check(
     spans: &[(u64, u64)],
     ttl: Duration,
     beyond: &[Fault],
+    alone: bool,
 ) -> Summary {
     let mut s = Summary {
         sections: record.sections.len(),
@@ -1059,7 +1065,11 @@ fn check(
             let excuse = [fault_of(&a.client), fault_of(&cur.client)]
                 .into_iter()
                 .flatten()
-                .find(|f| beyond.contains(f));
+                .find(|f| beyond.contains(f))
+                .or_else(|| {
+                    forget::allowed_overlap(a, cur, faults, spans, ttl, alone)
+                        .then_some(Fault::ForgetOne)
+                });
             match excuse {
                 Some(f) => *s.excused.entry(f.name()).or_default() += 1,
                 None => {
@@ -1274,7 +1284,14 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let mut secs = r.sections.clone();
         secs.sort_by_key(|s| s.enter);
         let stalls = server_life::stalls(&secs, &injected, &spans);
-        (check(&r, &injected, &spans, run.cfg.ttl, beyond), stalls)
+        // One store that forgot has nobody to remember for it (see `forget`).
+        let alone = match &setup.stores {
+            Stores::File(_) | Stores::Cluster(_) => true,
+            Stores::Redis(s) => s.len() == 1,
+            _ => false,
+        };
+        let summary = check(&r, &injected, &spans, run.cfg.ttl, beyond, alone);
+        (summary, stalls)
     };
     let early = server_life::early_unavailable(&run.tally.runs, &injected, &spans, &setup);
     let life_txt = server_life::summary(early.len(), &stalls);

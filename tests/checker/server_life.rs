@@ -254,7 +254,9 @@ pub(crate) fn stalls(
     spans: &[(u64, u64)],
 ) -> BTreeMap<&'static str, u64> {
     let mut out = BTreeMap::new();
-    for (f, &(began, ended)) in faults.iter().zip(spans).filter(|(f, _)| outage(f)) {
+    // A frozen cluster seed takes nothing out of service, but what it costs is a stall too.
+    let counted = |f: &Injected| outage(f) || f.fault == Fault::SeedFreeze;
+    for (f, &(began, ended)) in faults.iter().zip(spans).filter(|(f, _)| counted(f)) {
         let longest = secs
             .windows(2)
             .map(|w| (w[0].enter, w[1].enter))

@@ -22,12 +22,13 @@ impl Terminal {
         let dir = dlock.parent().unwrap().display().to_string();
         let shell = format!(
             "env -i PATH={dir}:{path} HOME={home} TERM=xterm PS1='{PROMPT} ' \
-             XDG_RUNTIME_DIR={runtime} bash --norc --noprofile -i",
+             XDG_RUNTIME_DIR={runtime} DLOCK_STORE={store} bash --norc --noprofile -i",
             path = std::env::var("PATH").unwrap_or_default(),
             home = env.dir.path().display(),
             runtime = env.path("runtime").display(),
+            // The test's own file store, as `Env::cmd` gives every other dlock of the test.
+            store = file_store(&env.path("runtime")),
         );
-        std::fs::create_dir_all(env.path("runtime")).unwrap();
         let ok = std::process::Command::new(&tmux)
             .arg("-S")
             .arg(&socket)

@@ -190,5 +190,9 @@ fn losing_the_majority_stops_the_child_before_the_lease_runs_out() {
     assert_code(&o, 70);
     // Stopped within one ttl of the last renewal, which was before t0.
     assert!(t0.elapsed() < ttl, "stopped after {:?}", t0.elapsed());
-    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("could not be renewed"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -356,7 +356,7 @@ fn isolated_holder_stops_its_command_with_70() {
     );
     assert!(!alive(child), "the command outlived the lease");
     assert!(
-        read(&env.path("a.err")).contains("lost"),
+        read(&env.path("a.err")).contains("could not be renewed"),
         "{}",
         read(&env.path("a.err"))
     );

@@ -456,9 +456,11 @@ impl Store for RedisStore {
         &self.desc
     }
 
-    /// Opening connected to the server, or read a cluster's slot map from a node.
+    /// A cluster's slot map was read from a node at open: an answer. A single server's open
+    /// only connects (no request), which a frozen server (SIGSTOP) still accepts: it counts
+    /// once it answers an attempt or a read (the engine's own count).
     fn reached(&self) -> bool {
-        true
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {

@@ -270,7 +270,10 @@ pub fn classify(e: Error, doing: &str) -> StoreError {
         | Error::SessionExpired
         | Error::SessionMoved
         | Error::ClientClosed
-        | Error::Throttled => StoreError::unavailable(format!("cannot {doing}: {e}")),
+        | Error::Throttled
+        // The client's own I/O errors on the connection (a reset by a server that restarts,
+        // a broken pipe) and its "no response from connection": an outage, not an answer.
+        | Error::Custom(_) => StoreError::unavailable(format!("cannot {doing}: {e}")),
         other => StoreError::protocol(format!("cannot {doing}: unexpected answer: {other}")),
     };
     error.with_source(e)
