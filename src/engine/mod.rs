@@ -64,6 +64,10 @@ pub enum EngineError {
     NotHolder,
 }
 
+/// Said by a wait that ends at once because its stores never answered this process: a wrong
+/// URL fails fast, so `-w` did not apply (the checker tells these from a wait cut short).
+pub const NOT_WAITED: &str = "no answer since dlock started, so not waited for";
+
 /// How long `acquire` may wait for a busy lock.
 #[derive(Clone, Copy, Debug)]
 pub enum Wait {
@@ -343,7 +347,7 @@ impl Engine {
                 if !rest.is_empty() {
                     self.release_on(&rest, req).await;
                 }
-                return Err(self.unreachable_after(errors, rode_out));
+                return Err(self.unreachable_after(errors, rode_out, wait));
             }
             let now = Instant::now();
             if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
@@ -438,9 +442,7 @@ impl Engine {
         give_up_at: Option<Instant>,
         errors: &[(usize, StoreError)],
     ) -> Option<Duration> {
-        let known = (0..self.stores.len())
-            .filter(|&i| self.reach.has_served(i) || self.stores[i].reached())
-            .count();
+        let known = self.known();
         // Only an outage is ridden out: not a refusal, a usage error or an answer this
         // version cannot read (a URL naming some other service).
         let outage = errors
@@ -461,7 +463,20 @@ impl Engine {
 
     /// The error for too few stores answering; after riding out an outage, each store that
     /// is still unreachable says for how long.
-    fn unreachable_after(&self, errors: Vec<(usize, StoreError)>, rode_out: bool) -> EngineError {
+    fn unreachable_after(
+        &self,
+        errors: Vec<(usize, StoreError)>,
+        rode_out: bool,
+        wait: Wait,
+    ) -> EngineError {
+        // A wait that was not ridden out because the stores never answered this process (a
+        // wrong URL fails fast by contract) says so: `-w` did not apply.
+        let unheard = !rode_out
+            && !matches!(wait, Wait::No)
+            && self.known() < self.majority()
+            && errors
+                .iter()
+                .all(|(_, e)| e.kind() == ErrorKind::Unavailable);
         let errors = errors
             .into_iter()
             .map(|(i, e)| match self.reach.down_since(i) {
@@ -480,7 +495,19 @@ impl Engine {
                 _ => e,
             })
             .collect();
-        unreachable(errors, self.stores.len(), self.majority())
+        match unreachable(errors, self.stores.len(), self.majority()) {
+            EngineError::Unavailable(m) if unheard => {
+                EngineError::Unavailable(format!("{m} ({NOT_WAITED})"))
+            }
+            other => other,
+        }
+    }
+
+    /// How many stores have answered this process.
+    fn known(&self) -> usize {
+        (0..self.stores.len())
+            .filter(|&i| self.reach.has_served(i) || self.stores[i].reached())
+            .count()
     }
 
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
@@ -544,7 +571,7 @@ impl Engine {
                     sleep(pause).await;
                     continue;
                 }
-                return Err(self.unreachable_after(errors, rode_out));
+                return Err(self.unreachable_after(errors, rode_out, wait));
             }
             let now = Instant::now();
             if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {

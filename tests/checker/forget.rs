@@ -54,10 +54,12 @@ pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
 }
 
 /// Whether the overlap of `a` (entered first) and `b` is the one a single store that forgot
-/// allows, and no more: a forget-one fault began while `a` held and before `b` entered, `b`
-/// holds a higher fence (a fenced resource refuses `a` from then on), and `a` ended within a
-/// ttl of the fault's end (its holder never outlives the lease it had). On a quorum
-/// (`alone` false) no overlap is allowed: a member that forgot abstains.
+/// allows, and no more: `b` entered after a forget-one fault began and holds a higher fence (a
+/// fenced resource refuses `a` from then on); `a` held at the fault or was granted during it
+/// (its command may start after the fault ends: it entered within a ttl of its end), and `a`
+/// ended within a ttl of the later of its entry and the fault's end (its holder learns at its
+/// next renewal). On a quorum (`alone` false) no overlap is allowed: a member that forgot
+/// abstains.
 pub(crate) fn allowed_overlap(
     a: &Section,
     b: &Section,
@@ -66,12 +68,13 @@ pub(crate) fn allowed_overlap(
     ttl: Duration,
     alone: bool,
 ) -> bool {
+    let ttl = ttl.as_nanos() as u64;
     alone
         && b.fence > a.fence
         && faults.iter().zip(spans).any(|(f, &(began, ended))| {
             f.fault == Fault::ForgetOne
-                && a.enter < began
                 && began <= b.enter
-                && a.end() <= ended + ttl.as_nanos() as u64
+                && a.enter < ended + ttl
+                && a.end() <= a.enter.max(ended) + ttl
         })
 }

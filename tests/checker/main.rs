@@ -816,8 +816,8 @@ impl Run {
             let mut c = self.dlock_run(&name, self.cfg.hold);
             let start = mono_ns();
             let mut child = c.spawn().expect("spawn dlock");
-            let code = self.finish(&mut child, Duration::from_secs(120));
-            self.tally.runs.add(start, mono_ns(), code);
+            let (code, said) = self.finish_saying(&mut child, Duration::from_secs(120));
+            self.tally.runs.add(start, mono_ns(), code, &said);
             server_life::pause_after(code);
         }
     }
@@ -1093,6 +1093,13 @@ fn check(
         }
         active.push(cur);
     }
+    if s.overlaps > 0 {
+        // When each fault ran, in the sections' clock, to read the overlaps against.
+        for (f, (began, ended)) in faults.iter().zip(spans) {
+            s.details
+                .push(format!("fault {} ran {began}..{ended}", f.fault.name()));
+        }
+    }
     let mut handoffs: Vec<u64> = secs
         .windows(2)
         .filter_map(|w| w[0].exit.map(|x| w[1].enter.saturating_sub(x) / 1000))
@@ -1294,7 +1301,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         (summary, stalls)
     };
     let early = server_life::early_unavailable(&run.tally.runs, &injected, &spans, &setup);
-    let life_txt = server_life::summary(early.len(), &stalls);
+    let life_txt = server_life::summary(early.len(), run.tally.runs.unheard(), &stalls);
     summary.details.extend(early.iter().take(10).cloned());
     // A queue entry of a waiter that is gone expires after the waiter ttl (2 s on Redis, 5 s
     // on etcd); only what is still there after that is left behind for good.

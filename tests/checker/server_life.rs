@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::process::Child;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,12 +28,27 @@ const BUDGET: Duration = Duration::from_secs(60);
 /// Every run of a looping client: when it started and ended (kernel monotonic ns), its code;
 /// and the waiters the sql-down fault saw queued before the outage, which had reached the
 /// store whenever they started.
+/// Runs whose stores never answered them (exit 69 saying `dlock::engine::NOT_WAITED`) fail
+/// fast by contract, whatever their budget: only counted (`unheard-69`).
 #[derive(Default)]
-pub(crate) struct Runs(Mutex<Vec<(u64, u64, i32)>>, Mutex<Vec<(u64, u64, i32)>>);
+pub(crate) struct Runs(
+    Mutex<Vec<(u64, u64, i32)>>,
+    Mutex<Vec<(u64, u64, i32)>>,
+    AtomicUsize,
+);
 
 impl Runs {
-    pub(crate) fn add(&self, start: u64, end: u64, code: i32) {
+    /// A client's run, from its exit code and what it said on stderr.
+    pub(crate) fn add(&self, start: u64, end: u64, code: i32, said: &str) {
+        if code == 69 && said.contains(dlock::engine::NOT_WAITED) {
+            self.2.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
         self.0.lock().unwrap().push((start, end, code));
+    }
+
+    pub(crate) fn unheard(&self) -> usize {
+        self.2.load(Ordering::SeqCst)
     }
 
     fn add_queued(&self, start: u64, end: u64, code: i32) {
@@ -272,7 +287,11 @@ pub(crate) fn stalls(
 }
 
 /// The summary's words for these counts.
-pub(crate) fn summary(early: usize, stalls: &BTreeMap<&'static str, u64>) -> String {
+pub(crate) fn summary(
+    early: usize,
+    unheard: usize,
+    stalls: &BTreeMap<&'static str, u64>,
+) -> String {
     let stalls = if stalls.is_empty() {
         "-".to_string()
     } else {
@@ -282,7 +301,7 @@ pub(crate) fn summary(early: usize, stalls: &BTreeMap<&'static str, u64>) -> Str
             .collect::<Vec<_>>()
             .join(",")
     };
-    format!(" early-69={early} stall-ms={stalls}")
+    format!(" early-69={early} unheard-69={unheard} stall-ms={stalls}")
 }
 
 /// A client whose run failed fast (69: the store is down) waits a little before the next, so

@@ -519,12 +519,12 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
         (
             vec!["--store", &pg_refused, "lock", "x"],
             69,
-            ": connection refused; ",
+            ": connection refused (no answer since dlock started, so not waited for); ",
         ),
         (
             vec!["--store", &my_refused, "lock", "x"],
             69,
-            ": connection refused; ",
+            ": connection refused (no answer since dlock started, so not waited for); ",
         ),
     ];
     for (args, expected, want) in cases {
