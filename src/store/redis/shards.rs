@@ -31,7 +31,12 @@ impl RedisStore {
             TagWrite::Read => {
                 let mut c = cmd("GET");
                 c.arg(&key);
-                return match self.conn.query::<Option<String>>(&c).await {
+                // By key: a cluster sends it to the slot's master (a read may be sent again).
+                return match self
+                    .conn
+                    .query_key::<Option<String>>(&key, &c, Retry::Safe)
+                    .await
+                {
                     Ok(record) => Ok(record.unwrap_or_default()),
                     Err(e) => Err(self.explain(e).await),
                 };
