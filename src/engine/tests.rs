@@ -261,13 +261,7 @@ async fn queued(m: &MemoryStore, req: &Acquire) -> bool {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
     let m = stores();
-    let holder = request(TTL);
-    for s in &m {
-        assert!(matches!(
-            s.try_acquire(&holder, false).await.unwrap(),
-            Attempt::Granted(_)
-        ));
-    }
+    held_by_another(&m).await;
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let engine = Arc::new(engine);
     // Its wait runs out.
@@ -414,13 +408,7 @@ async fn stores_never_reached_fail_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_misconfigured_store_is_not_ridden_out() {
     let m = stores();
-    let holder = request(TTL);
-    for s in &m {
-        assert!(matches!(
-            s.try_acquire(&holder, false).await.unwrap(),
-            Attempt::Granted(_)
-        ));
-    }
+    held_by_another(&m).await;
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let engine = Arc::new(engine);
     let req = request(TTL);

@@ -677,6 +677,19 @@ struct Injected {
     outcome: String,
 }
 
+impl Injected {
+    /// A fault on the store itself: no victim client.
+    fn store(fault: Fault, outcome: String) -> Injected {
+        Injected {
+            fault,
+            victim: None,
+            at: None,
+            exit: None,
+            outcome,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Tally {
     exits: Mutex<BTreeMap<i32, usize>>,
@@ -960,13 +973,7 @@ impl Run {
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
         };
-        Injected {
-            fault,
-            victim: None,
-            at: None,
-            exit: None,
-            outcome,
-        }
+        Injected::store(fault, outcome)
     }
 }
 
@@ -1260,13 +1267,9 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             Fault::MemberRestart | Fault::FastRestart => {
                 server_life::store_life(fault, &mut setup, n)
             }
-            Fault::ForgetOne | Fault::ForgetTwo | Fault::ForgetTwoSpaced => Injected {
-                fault,
-                victim: None,
-                at: None,
-                exit: None,
-                outcome: forget::inject(fault, &mut setup, run.cfg.ttl),
-            },
+            Fault::ForgetOne | Fault::ForgetTwo | Fault::ForgetTwoSpaced => {
+                Injected::store(fault, forget::inject(fault, &mut setup, run.cfg.ttl))
+            }
             f if f.is_partition() => run.partition_fault(fault, n, &setup),
             _ => run.store_fault(fault, &mut setup),
         };

@@ -161,13 +161,7 @@ pub(crate) fn store_life(fault: Fault, setup: &mut Setup, n: usize) -> Injected 
         }
         (_, f) => unreachable!("{} on this setup", f.name()),
     };
-    Injected {
-        fault,
-        victim: None,
-        at: None,
-        exit: None,
-        outcome,
-    }
+    Injected::store(fault, outcome)
 }
 
 /// Whether a store fault takes the store (or the member a client may be on) out of service.

@@ -205,6 +205,19 @@ pub fn file_store(runtime: &Path) -> String {
     format!("file://{}", dir.display())
 }
 
+/// A file's text, or empty if it is not there (yet).
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The wall clock in ns since the epoch, as a child's `date +%s%N` writes it.
+pub fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 /// Wait for a spawned dlock (at most `limit`) and collect its output.
 pub fn finish(mut child: Child, limit: Duration) -> Output {
     let status = wait_child(&mut child, limit).expect("dlock did not finish in time");
@@ -390,14 +403,14 @@ pub fn assert_sections(log: &str, expected: usize) -> Vec<u64> {
     fences
 }
 
-/// The next holder's view: `dlock run job -w 10s` whose child prints `$DLOCK_PREVIOUS`.
+/// The next holder's view: `dlock run NAME -w 10s` whose child prints `$DLOCK_PREVIOUS`.
 /// Returns what it printed and how long the whole run took (waiting included).
 #[track_caller]
-pub fn next_holder_previous(env: &Env) -> (String, Duration) {
+pub fn next_holder_previous(env: &Env, name: &str) -> (String, Duration) {
     let start = Instant::now();
     let o = env.run(&[
         "run",
-        "job",
+        name,
         "-w",
         "10s",
         "--",

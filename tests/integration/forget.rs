@@ -22,42 +22,56 @@ const B_SECTION: &str = "p=$(cat a.pid); s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/
     if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo overlap; fi; \
     echo $DLOCK_FENCE $DLOCK_PREVIOUS";
 
-/// A holds (ttl 5 s, an 8 s section); two of three servers without persistence are restarted
-/// empty in turn, back to back and 2.5 s apart; B waits with `-w 10s`. B must not enter while
-/// A's section runs, its fence is above A's, and it is told `expired`.
+/// A holds (ttl 5 s, an 8 s section) on `servers`; `restart` is applied to two of them in
+/// turn, `spacing` apart; then B runs with `-w 10s` and must not enter while A's section runs.
+/// Returns A (still running or done), B's fence and how B was told the lease before ended.
+fn restart_two_under_a_holder(
+    servers: &mut [RedisServer],
+    spacing: Duration,
+    restart: fn(&mut RedisServer),
+) -> (Env, std::process::Child, u64, String) {
+    let env = Env::with_stores(urls(servers));
+    let dir = env.path("").display().to_string();
+    let a_section = format!("cd {dir}; {A_SECTION}");
+    let a = env.spawn_run(&["job", "--ttl", "5s"], &a_section);
+    assert!(
+        wait_for(LIMIT, || env.path("a.pid").exists()),
+        "A never entered"
+    );
+    restart(&mut servers[0]);
+    std::thread::sleep(spacing);
+    restart(&mut servers[1]);
+    let b_section = format!("cd {dir}; {B_SECTION}");
+    let b = env.run(&[
+        "run", "job", "--ttl", "5s", "-w", "10s", "--", "sh", "-c", &b_section,
+    ]);
+    assert_code(&b, 0);
+    let said = stdout(&b);
+    assert!(
+        !said.contains("overlap"),
+        "B entered while A's section ran: {said}"
+    );
+    let (b_fence, previous) = said.trim().split_once(' ').expect("fence and previous");
+    let b_fence = b_fence.parse().unwrap();
+    let previous = previous.to_string();
+    (env, a, b_fence, previous)
+}
+
+/// Two of three servers without persistence are restarted empty in turn, back to back and
+/// 2.5 s apart, under A: B's fence is above A's, and it is told `expired`.
 #[test]
 fn members_restarted_empty_never_admit_a_second_holder() {
     for spacing in [Duration::ZERO, Duration::from_millis(2500)] {
         let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-        let env = Env::with_stores(urls(&servers));
-        let dir = env.path("").display().to_string();
-        let a_section = format!("cd {dir}; {A_SECTION}");
-        let mut a = env.spawn_run(&["job", "--ttl", "5s"], &a_section);
-        assert!(
-            wait_for(LIMIT, || env.path("a.pid").exists()),
-            "A never entered"
-        );
-        servers[0].start_again_empty();
-        std::thread::sleep(spacing);
-        servers[1].start_again_empty();
-        let b_section = format!("cd {dir}; {B_SECTION}");
-        let b = env.run(&[
-            "run", "job", "--ttl", "5s", "-w", "10s", "--", "sh", "-c", &b_section,
-        ]);
-        assert_code(&b, 0);
-        let said = stdout(&b);
-        assert!(
-            !said.contains("overlap"),
-            "B entered while A's section ran: {said}"
-        );
+        let (env, mut a, b_fence, previous) =
+            restart_two_under_a_holder(&mut servers, spacing, RedisServer::start_again_empty);
         let a_fence: u64 = std::fs::read_to_string(env.path("a.fence"))
             .unwrap()
             .trim()
             .parse()
             .unwrap();
-        let (b_fence, previous) = said.trim().split_once(' ').expect("fence and previous");
         assert!(
-            b_fence.parse::<u64>().unwrap() > a_fence,
+            b_fence > a_fence,
             "B's fence {b_fence} is not above A's {a_fence}"
         );
         assert_eq!(previous, "expired", "spacing {spacing:?}");
@@ -74,27 +88,8 @@ fn members_restarted_with_their_data_keep_the_holder() {
         let mut servers: Vec<RedisServer> = (0..3)
             .map(|_| RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]))
             .collect();
-        let env = Env::with_stores(urls(&servers));
-        let dir = env.path("").display().to_string();
-        let a_section = format!("cd {dir}; {A_SECTION}");
-        let mut a = env.spawn_run(&["job", "--ttl", "5s"], &a_section);
-        assert!(
-            wait_for(LIMIT, || env.path("a.pid").exists()),
-            "A never entered"
-        );
-        servers[0].restart();
-        std::thread::sleep(spacing);
-        servers[1].restart();
-        let b_section = format!("cd {dir}; {B_SECTION}");
-        let b = env.run(&[
-            "run", "job", "--ttl", "5s", "-w", "10s", "--", "sh", "-c", &b_section,
-        ]);
-        assert_code(&b, 0);
-        let said = stdout(&b);
-        assert!(
-            !said.contains("overlap"),
-            "B entered while A's section ran: {said}"
-        );
+        let (_env, mut a, _, _) =
+            restart_two_under_a_holder(&mut servers, spacing, RedisServer::restart);
         let a = finish_child(&mut a);
         assert_eq!(a, Some(0), "A lost its lock (spacing {spacing:?})");
     }

@@ -5,10 +5,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn read(p: &std::path::Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_default()
-}
-
 /// Start `run job --ttl TTL` whose child writes its pid, and wait until it runs.
 fn running_job(env: &Env, ttl: &str) -> (std::process::Child, u32) {
     let pidfile = env.path("child.pid");

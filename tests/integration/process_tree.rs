@@ -8,17 +8,6 @@ use std::time::{Duration, Instant};
 use crate::common::redis::RedisServer;
 use crate::common::*;
 
-fn read(path: &std::path::Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
 /// Kills whatever the pid file names when dropped, so a failing run leaves nothing behind.
 struct Reaper(std::path::PathBuf);
 

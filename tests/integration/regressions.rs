@@ -88,7 +88,7 @@ fn a_crashed_holder_or_waiter_is_freed_within_the_ttl() {
         std::thread::sleep(Duration::from_millis(200));
         signal(queued.id(), libc::SIGKILL);
         queued.wait().unwrap();
-        let (previous, took) = next_holder_previous(&env);
+        let (previous, took) = next_holder_previous(&env, "job");
         assert_eq!(previous, "expired");
         assert!(took < Duration::from_millis(1800), "took {took:?}");
     }

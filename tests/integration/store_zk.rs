@@ -24,10 +24,6 @@ fn spawn(env: &Env, tag: &str, args: &[&str]) -> Child {
     c.spawn().expect("spawn dlock")
 }
 
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
 fn lines(path: &Path) -> Vec<String> {
     read(path).lines().map(str::to_string).collect()
 }
@@ -258,11 +254,11 @@ fn killed_holder_means_expired_clean_release_means_released() {
     assert!(wait_for(Duration::from_secs(10), || read(&log).contains("start")));
     signal(holder.id(), libc::SIGKILL);
     let _ = holder.wait();
-    let (previous, took) = next_holder_previous(&env);
+    let (previous, took) = next_holder_previous(&env, "job");
     assert_eq!(previous, "expired");
     // Freed by the session's timeout (the ttl), not much later.
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    assert_eq!(next_holder_previous(&env).0, "released");
+    assert_eq!(next_holder_previous(&env, "job").0, "released");
 }
 
 #[test]

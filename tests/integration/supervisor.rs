@@ -6,17 +6,6 @@ use std::time::{Duration, Instant};
 use crate::common::redis::RedisServer;
 use crate::common::*;
 
-fn read(path: &std::path::Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
 #[test]
 fn the_child_sees_the_lease_in_its_environment() {
     let env = Env::file();
@@ -167,7 +156,7 @@ fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
         wait_for(Duration::from_secs(5), || !alive(child)),
         "the child outlived its dlock"
     );
-    let (previous, took) = next_holder_previous(env);
+    let (previous, took) = next_holder_previous(env, "job");
     assert_eq!(previous, "expired");
     assert!(took < Duration::from_millis(2500), "took {took:?}");
 }
