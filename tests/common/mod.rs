@@ -71,12 +71,42 @@ pub fn shared<S: Send + 'static>(
 }
 
 /// A port nobody listens on right now.
+///
+/// Taken below the kernel's ephemeral range (where `bind(0)` and every outgoing connection
+/// get their ports): a port handed out there could be taken by some client's connection before
+/// the server started on it binds it (a ZooKeeper election port was, on a loaded machine).
+/// Each process walks its own part of the range from a start drawn at random, so no port is
+/// handed out twice in one process, and two processes rarely meet.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const LOW: u32 = 10_000;
+    if ephemeral < LOW + 2_000 {
+        // No room below it: the kernel's choice, as before.
+        return TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let span = ephemeral - LOW;
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        rand::random::<u32>() % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {ephemeral}");
 }
 
 /// A temp dir that lives as long as the value.
