@@ -53,13 +53,14 @@ pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
     }
 }
 
-/// Whether the overlap of `a` (entered first) and `b` is the one a single store that forgot
-/// allows, and no more: `b` entered after a forget-one fault began and holds a higher fence (a
-/// fenced resource refuses `a` from then on); `a` held at the fault or was granted during it
-/// (its command may start after the fault ends: it entered within a ttl of its end), and `a`
-/// ended within a ttl of the later of its entry and the fault's end (its holder learns at its
-/// next renewal). On a quorum (`alone` false) no overlap is allowed: a member that forgot
-/// abstains.
+/// Whether the overlap of `a` and `b` is the one a single store that forgot allows, and no
+/// more. Of the two, the lower fence is the grant the store forgot (`old`), the higher one a
+/// grant made after (`new`; under load its command may even start first, so entry order says
+/// nothing): a forget-one fault began before `new` entered; `old` held at the fault or was
+/// granted during it (it entered at most a ttl after the fault's end), and ended within a ttl
+/// of the later of its entry and the fault's end (its holder learns at its next renewal; a
+/// fenced resource refuses it once `new` wrote). On a quorum (`alone` false) none is allowed:
+/// a member that forgot abstains.
 pub(crate) fn allowed_overlap(
     a: &Section,
     b: &Section,
@@ -68,13 +69,14 @@ pub(crate) fn allowed_overlap(
     ttl: Duration,
     alone: bool,
 ) -> bool {
+    let (old, new) = if a.fence < b.fence { (a, b) } else { (b, a) };
     let ttl = ttl.as_nanos() as u64;
     alone
-        && b.fence > a.fence
+        && old.fence < new.fence
         && faults.iter().zip(spans).any(|(f, &(began, ended))| {
             f.fault == Fault::ForgetOne
-                && began <= b.enter
-                && a.enter < ended + ttl
-                && a.end() <= a.enter.max(ended) + ttl
+                && began <= new.enter
+                && old.enter < ended + ttl
+                && old.end() <= old.enter.max(ended) + ttl
         })
 }
