@@ -734,6 +734,8 @@ async fn open_within(
 ) -> Result<Arc<dyn Store>, StoreError> {
     const AGAIN: Duration = Duration::from_millis(20);
     let deadline = Instant::now() + limit;
+    // What the server last said: a refusal says more than a timeout on the next try.
+    let mut last: Option<StoreError> = None;
     loop {
         let opened = tokio::time::timeout_at(deadline, store::open(url, namespace, limit)).await;
         let e = match opened {
@@ -750,10 +752,12 @@ async fn open_within(
             }
             Ok(Err(e)) => return Err(e),
             Err(_) => {
-                return Err(StoreError::unavailable(format!(
-                    "no answer within {}",
-                    humantime::format_duration(limit)
-                )));
+                return Err(last.unwrap_or_else(|| {
+                    StoreError::unavailable(format!(
+                        "no answer within {}",
+                        humantime::format_duration(limit)
+                    ))
+                }));
             }
         };
         // Registered before the count is read, so a majority reached in between still wakes it.
@@ -764,7 +768,7 @@ async fn open_within(
             return Err(e);
         }
         tokio::select! {
-            _ = sleep(timing::jitter(AGAIN, 0.5)) => {}
+            _ = sleep(timing::jitter(AGAIN, 0.5)) => last = Some(e),
             _ = enough => return Err(e),
         }
     }

@@ -95,6 +95,9 @@ pub unsafe fn run(setup: Setup, command: pid_t) -> ! {
                 kill_all(&mut st);
             }
             if !st.term_sent && now >= st.term_at() {
+                // Said at once (and again at the end): a dlock that wakes from a stop while
+                // the tree is being stopped must not claim signals of its own.
+                send(1, FIRED);
                 tree::signal_all(libc::getpid(), libc::SIGTERM, 0);
                 st.term_sent = true;
                 st.fired = true;

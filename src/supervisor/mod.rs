@@ -217,8 +217,8 @@ impl<'a> Supervised<'a> {
         let never = self.started;
         loop {
             let health = self.health.borrow().clone();
-            if let Some(ended) = self.follow(&health) {
-                return ended;
+            if self.follow(&health) {
+                return self.child.wait().await;
             }
             let mut kill_at = health.deadline - self.margin;
             if let Some(at) = self.gone_kill_at {
@@ -248,6 +248,9 @@ impl<'a> Supervised<'a> {
                     if let Ok(Some(status)) = self.child.try_wait() {
                         return Ok(status);
                     }
+                    if self.dog.fired() {
+                        return self.child.wait().await;
+                    }
                     self.unrenewed(&health);
                 }
                 _ = sleep_until(self.stop_at.unwrap_or(never)),
@@ -261,6 +264,9 @@ impl<'a> Supervised<'a> {
                     if let Ok(Some(status)) = self.child.try_wait() {
                         return Ok(status);
                     }
+                    if self.dog.fired() {
+                        return self.child.wait().await;
+                    }
                     self.out.error(
                         "the command did not stop in time; sending SIGKILL before the lease runs out",
                     );
@@ -271,17 +277,18 @@ impl<'a> Supervised<'a> {
     }
 
     /// Pass a renewed deadline on to the watchdog; act on a lease the store said is gone.
-    /// Returns the command's status when the loss is heard after the command already ended.
-    fn follow(&mut self, health: &Health) -> Option<std::io::Result<std::process::ExitStatus>> {
+    /// True when the loss is heard after the command ended or the watchdog already stopped it
+    /// (dlock was stopped past the deadline): then only its end is left to wait for.
+    fn follow(&mut self, health: &Health) -> bool {
         if health.deadline != self.pushed {
             self.pushed = health.deadline;
             self.dog.push(self.pushed);
         }
         let Some(why) = &health.lost else {
-            return None;
+            return false;
         };
         if self.gone_kill_at.is_some() {
-            return None;
+            return false;
         }
         let at = (health.deadline - self.margin).min(Instant::now() + self.grace);
         self.gone_kill_at = Some(at);
@@ -293,16 +300,22 @@ impl<'a> Supervised<'a> {
             self.lost_event(why);
             // A dlock stopped past the deadline may hear of the loss after the watchdog has
             // stopped the command: say so, not that it stops it now.
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(_)) = self.child.try_wait() {
                 self.out
                     .error(&format!("{why}; the command had already ended"));
-                return Some(Ok(status));
+                return true;
+            }
+            if self.dog.fired() {
+                self.out.error(&format!(
+                    "{why}; the watchdog had already stopped the command"
+                ));
+                return true;
             }
             self.out.error(&format!("{why}; stopping the command"));
             self.terminate();
             self.term_sent = true;
         }
-        None
+        false
     }
 
     /// No renewal by (deadline - kill grace): the lock is being lost.

@@ -40,6 +40,8 @@ pub struct Watchdog {
     /// Read end (non-blocking) of the pipe the watchdog reports through.
     reports: AsyncFd<OwnedFd>,
     fired: bool,
+    /// The command stopped (Ctrl-Z), read while looking for something else.
+    stop_seen: bool,
 }
 
 /// The pipes of a watchdog about to be forked, and the numbers it is forked with.
@@ -80,6 +82,7 @@ impl Pipes {
             // SAFETY: the descriptor is ours alone and lives as long as the AsyncFd.
             reports: unsafe { AsyncFd::register_with_interest(reports, Interest::READABLE)? },
             fired: false,
+            stop_seen: false,
         })
     }
 }
@@ -115,10 +118,17 @@ impl Watchdog {
         if message == FIRED {
             self.fired = true;
         }
+        if message == STOPPED {
+            self.stop_seen = true;
+        }
     }
 
     /// The next time the watchdog saw the command stop (Ctrl-Z). Cancel-safe.
     pub async fn stopped(&mut self) {
+        // A stop read by `fired` or `command_pid` in passing.
+        if std::mem::take(&mut self.stop_seen) {
+            return;
+        }
         loop {
             let Ok(mut ready) = self.reports.readable().await else {
                 return std::future::pending().await;
