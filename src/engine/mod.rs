@@ -8,6 +8,7 @@
 mod amnesia;
 mod down;
 pub mod fence;
+mod open;
 mod reach;
 pub mod timing;
 
@@ -18,7 +19,7 @@ mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -120,14 +121,14 @@ impl Engine {
         namespace: &str,
         store_timeout: Duration,
     ) -> Result<Engine, StoreError> {
-        let opening = Opening {
+        let opening = open::Opening {
             opened: AtomicUsize::new(0),
             need: urls.len() / 2 + 1,
             enough: Notify::new(),
         };
         let opening = &opening;
         let stores = join_all(urls.iter().map(|url| async move {
-            let opened = open_within(url, namespace, store_timeout, opening).await;
+            let opened = open::within(url, namespace, store_timeout, opening).await;
             match opened {
                 Ok(s) => Ok(s),
                 Err(e) if e.kind() == ErrorKind::Invalid => Err(e.context(url)),
@@ -711,66 +712,6 @@ impl Engine {
             return Err(unreachable(tally.errors, self.stores.len(), need));
         }
         Err(EngineError::NotHolder)
-    }
-}
-
-/// How many of an engine's stores opened so far, of the majority it needs.
-struct Opening {
-    opened: AtomicUsize,
-    need: usize,
-    enough: Notify,
-}
-
-/// Open one store within `limit`. A server that refuses the connection is asked again until
-/// then, every 20 ms or so, unless a majority of the others opened (a member that stays down
-/// costs a quorum nothing): a single server restarting at this moment (down for some 50 ms) is
-/// then opened, where a URL that names nothing still fails within the same bound as a frozen
-/// server always did, with the error it last gave.
-async fn open_within(
-    url: &StoreUrl,
-    namespace: &str,
-    limit: Duration,
-    opening: &Opening,
-) -> Result<Arc<dyn Store>, StoreError> {
-    const AGAIN: Duration = Duration::from_millis(20);
-    let deadline = Instant::now() + limit;
-    // What the server last said: a refusal says more than a timeout on the next try.
-    let mut last: Option<StoreError> = None;
-    loop {
-        let opened = tokio::time::timeout_at(deadline, store::open(url, namespace, limit)).await;
-        let e = match opened {
-            Ok(Ok(s)) => {
-                if opening.opened.fetch_add(1, Ordering::SeqCst) + 1 >= opening.need {
-                    opening.enough.notify_waiters();
-                }
-                return Ok(s);
-            }
-            Ok(Err(e))
-                if e.kind() == ErrorKind::Unavailable && Instant::now() + AGAIN < deadline =>
-            {
-                e
-            }
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(last.unwrap_or_else(|| {
-                    StoreError::unavailable(format!(
-                        "no answer within {}",
-                        humantime::format_duration(limit)
-                    ))
-                }));
-            }
-        };
-        // Registered before the count is read, so a majority reached in between still wakes it.
-        let enough = opening.enough.notified();
-        tokio::pin!(enough);
-        enough.as_mut().enable();
-        if opening.opened.load(Ordering::SeqCst) >= opening.need {
-            return Err(e);
-        }
-        tokio::select! {
-            _ = sleep(timing::jitter(AGAIN, 0.5)) => last = Some(e),
-            _ = enough => return Err(e),
-        }
     }
 }
 
