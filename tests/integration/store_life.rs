@@ -157,3 +157,23 @@ fn a_frozen_cluster_seed_does_not_stop_a_new_process() {
     assert_code(&run(), 0);
     cluster.nodes[frozen].resume();
 }
+
+/// A command started while its only server is down for a restart (here some 200 ms, the
+/// server killed first) goes on: a refused connection at start-up is dialled again within the
+/// store timeout (2 s here), where it used to fail at once with 69.
+#[test]
+fn a_run_started_during_a_restart_goes_on() {
+    let mut redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    redis.kill();
+    let mut c = env.cmd();
+    c.args(["--store-timeout", "2s", "run", "job", "--", "true"]);
+    let run = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    redis.start_again();
+    assert_code(&finish(run, Duration::from_secs(20)), 0);
+}
