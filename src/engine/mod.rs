@@ -19,13 +19,11 @@ mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::Notify;
 use tokio::time::{Instant, sleep, timeout};
 
 use down::Down;
@@ -121,12 +119,7 @@ impl Engine {
         namespace: &str,
         store_timeout: Duration,
     ) -> Result<Engine, StoreError> {
-        let opening = open::Opening {
-            opened: AtomicUsize::new(0),
-            need: urls.len() / 2 + 1,
-            enough: Notify::new(),
-        };
-        let opening = &opening;
+        let opening = &open::Opening::new(urls.len());
         let stores = join_all(urls.iter().map(|url| async move {
             let opened = open::within(url, namespace, store_timeout, opening).await;
             match opened {

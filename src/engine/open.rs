@@ -14,9 +14,20 @@ use crate::store::{self, ErrorKind, Store, StoreError, StoreUrl};
 
 /// How many of an engine's stores opened so far, of the majority it needs.
 pub(super) struct Opening {
-    pub(super) opened: AtomicUsize,
-    pub(super) need: usize,
-    pub(super) enough: Notify,
+    opened: AtomicUsize,
+    need: usize,
+    enough: Notify,
+}
+
+impl Opening {
+    /// For an engine of `n` stores.
+    pub(super) fn new(n: usize) -> Opening {
+        Opening {
+            opened: AtomicUsize::new(0),
+            need: n / 2 + 1,
+            enough: Notify::new(),
+        }
+    }
 }
 
 /// Open one store within `limit`. A server that refuses the connection is asked again until

@@ -245,10 +245,7 @@ impl<'a> Supervised<'a> {
                 _ = sleep_until(term_at), if !self.term_sent => {
                     // A dlock stopped (SIGSTOP) past the deadline wakes after the watchdog
                     // has stopped the command: claim no signal that is not sent.
-                    if let Ok(Some(status)) = self.child.try_wait() {
-                        return Ok(status);
-                    }
-                    if self.dog.fired() {
+                    if self.already_over() {
                         return self.child.wait().await;
                     }
                     self.unrenewed(&health);
@@ -261,10 +258,7 @@ impl<'a> Supervised<'a> {
                     self.kill();
                 }
                 _ = sleep_until(kill_at), if self.term_sent && !self.kill_sent => {
-                    if let Ok(Some(status)) = self.child.try_wait() {
-                        return Ok(status);
-                    }
-                    if self.dog.fired() {
+                    if self.already_over() {
                         return self.child.wait().await;
                     }
                     self.out.error(
@@ -274,6 +268,12 @@ impl<'a> Supervised<'a> {
                 }
             }
         }
+    }
+
+    /// The command has ended, or the watchdog is already stopping it (dlock was stopped past
+    /// the deadline): claim no signal of dlock's own, only wait for the end.
+    fn already_over(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.fired()
     }
 
     /// Pass a renewed deadline on to the watchdog; act on a lease the store said is gone.
