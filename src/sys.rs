@@ -151,22 +151,6 @@ pub fn group_alive(pgid: u32) -> bool {
     unsafe { libc::kill(-(pgid as i32), 0) == 0 }
 }
 
-/// In a freshly forked child, before exec: die with SIGKILL when the parent dies (the command,
-/// should its watchdog be killed). Must only call async-signal-safe code.
-pub fn die_with_parent(parent: i32) -> io::Result<()> {
-    // SAFETY: prctl and getppid are async-signal-safe and take no pointers here.
-    unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // The parent may have died between fork and prctl; then nobody would send the signal.
-        if libc::getppid() != parent {
-            libc::_exit(1);
-        }
-    }
-    Ok(())
-}
-
 pub fn is_terminal(fd: i32) -> bool {
     // SAFETY: isatty only inspects the descriptor.
     unsafe { libc::isatty(fd) == 1 }

@@ -32,16 +32,21 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     // Without a command the token is the result on stdout, so `--events -` may not use it.
     let events = Events::open(args.holder.events.as_deref(), !detached)?;
     let ended = async {
+        // The watchdog is forked before the wait, not between the grant and the command.
+        let prepared = match detached {
+            true => None,
+            false => Some(supervisor::prepare(&args.command, &req.names, grace)?),
+        };
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
-        if detached {
+        let Some(prepared) = prepared else {
             super::lock::print_token(ctx, &lease);
             return Ok(0);
-        }
+        };
         supervisor::supervise_with(
             &ctx.shards,
             &ctx.out,
             lease,
-            &args.command,
+            prepared,
             grace,
             supervisor::Limits::default(),
             &events,

@@ -56,6 +56,9 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         jitter(ctx, most).await?;
     }
     let ended = async {
+        // The watchdog is forked now, not between the grant and the command.
+        let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
+        let prepared = supervisor::prepare(&command, &all, grace)?;
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         let names = lease.req.names.clone();
         tokio::select! {
@@ -63,7 +66,7 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
                 &ctx.shards,
                 &ctx.out,
                 lease,
-                &command,
+                prepared,
                 grace,
                 limits,
                 &events,

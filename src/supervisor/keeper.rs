@@ -1,31 +1,41 @@
-//! The watchdog's life, in the process dlock forks to run the command: it forks the command
-//! itself, so the whole job descends from it, and as a child subreaper it inherits every
-//! orphan of the job. It stops the whole tree (SIGTERM to all at once, SIGKILL before the
-//! lease deadline) when the deadline comes without a renewal, when dlock says the lease is
-//! gone, or when dlock dies; then it exits only once no descendant is left. Its own exit status
-//! is the command's, so dlock waits for it as for the command.
+//! The watchdog's life, in the process dlock forks before it asks for the lock: it starts the
+//! command itself once dlock has the lease (see `exec`), so the whole job descends from it, and
+//! as a child subreaper it inherits every orphan of the job. It stops the whole tree (SIGTERM
+//! to all at once, SIGKILL before the lease deadline) when the deadline comes without a
+//! renewal, when dlock says the lease is gone, or when dlock dies; then it exits only once no
+//! descendant is left. Its own exit status is the command's, and it says so to dlock first.
 //!
 //! It runs in the forked child of a multithreaded process: only raw syscalls, no allocation.
 
 use libc::{c_int, pid_t};
 
+use super::exec::{self, Launch};
 use super::tree;
-use super::watchdog::{FIRED, KILL, STOPPED, TERMINATED, now_ns, send};
+use super::watchdog::{EXEC_FAILED, EXITED, FIRED, KILL, PID, STOPPED, TERMINATED, now_ns, send};
 
-/// What the watchdog needs, all plain numbers captured before the fork.
+/// What the watchdog needs, all captured before the fork.
 #[derive(Clone, Copy)]
 pub struct Setup {
-    /// Read end of dlock's pipe (deadlines, TERMINATED, KILL); end-of-file: dlock is gone.
+    /// Read end of dlock's pipe (the start, deadlines, TERMINATED, KILL); end-of-file: dlock
+    /// is gone.
     pub orders: c_int,
-    /// Write end of the pipe back to dlock (the command stopped; the watchdog fired).
+    /// Write end of the pipe back to dlock (the command started, stopped, ended; the watchdog
+    /// fired).
     pub report: c_int,
-    /// The lease deadline, kernel CLOCK_MONOTONIC nanoseconds.
-    pub deadline: u64,
     pub grace: u64,
     pub margin: u64,
+    /// dlock's prepared exec, in the watchdog's copy of dlock's memory.
+    pub launch: *mut Launch,
 }
 
+// SAFETY: the pointer is only followed in the forked watchdog, which has its own copy.
+unsafe impl Send for Setup {}
+// SAFETY: as above.
+unsafe impl Sync for Setup {}
+
 struct State {
+    orders: c_int,
+    report: c_int,
     deadline: u64,
     grace: u64,
     margin: u64,
@@ -42,31 +52,39 @@ struct State {
 }
 
 /// The watchdog's whole life. Never returns.
-pub unsafe fn run(setup: Setup, command: pid_t) -> ! {
+pub unsafe fn run(setup: Setup) -> ! {
     // SAFETY: raw syscalls only, as the module says.
     unsafe {
-        // Our two pipe ends become 0 and 1; everything else dlock had open goes, above all
-        // the pipe through which dlock learns that the command's exec succeeded.
-        libc::dup2(setup.orders, 0);
-        libc::dup2(setup.report, 1);
-        close_from(2);
-        // The job's signals are dlock's to forward: none may end the watchdog. It is in a
-        // group of its own (a stop aimed at dlock's or the command's group leaves it running).
-        for s in super::signals::FORWARDED.into_iter().chain([
-            libc::SIGTSTP,
-            libc::SIGTTIN,
-            libc::SIGTTOU,
-            libc::SIGPIPE,
-        ]) {
-            libc::signal(s, libc::SIG_IGN);
-        }
+        exec::arm(setup.launch);
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
+        // dlock gone before it had the lease: nothing was started, nothing to stop.
+        let Some(deadline) = exec::await_start(setup.launch, setup.orders) else {
+            libc::_exit(0)
+        };
+        let command = match exec::launch(setup.launch) {
+            Ok(pid) => {
+                send(setup.report, PID | pid as u64);
+                pid
+            }
+            Err(errno) => {
+                send(setup.report, EXEC_FAILED | errno as u32 as u64);
+                // A child that could not exec has exited (127): reaped below as any other.
+                0
+            }
+        };
         let sfd = libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
+        // The command has its own copies of dlock's terminal and of what dlock inherited.
+        exec::close_except(&sorted([setup.orders, setup.report, sfd]));
+        if command == 0 {
+            reap_all_and_exit(setup.report);
+        }
         let mut st = State {
-            deadline: setup.deadline,
+            orders: setup.orders,
+            report: setup.report,
+            deadline,
             grace: setup.grace,
             margin: setup.margin,
             pgid: command,
@@ -97,7 +115,7 @@ pub unsafe fn run(setup: Setup, command: pid_t) -> ! {
             if !st.term_sent && now >= st.term_at() {
                 // Said at once (and again at the end): a dlock that wakes from a stop while
                 // the tree is being stopped must not claim signals of its own.
-                send(1, FIRED);
+                send(st.report, FIRED);
                 tree::signal_all(libc::getpid(), libc::SIGTERM, 0);
                 st.term_sent = true;
                 st.fired = true;
@@ -109,6 +127,23 @@ pub unsafe fn run(setup: Setup, command: pid_t) -> ! {
             };
             wait(&mut st, sfd, next.saturating_sub(now));
         }
+    }
+}
+
+/// Three descriptors in order, for `close_except`.
+fn sorted(mut fds: [c_int; 3]) -> [c_int; 3] {
+    fds.sort_unstable();
+    fds
+}
+
+/// The command could not be run: reap its process and end with the shell's 127.
+unsafe fn reap_all_and_exit(report: c_int) -> ! {
+    // SAFETY: raw syscalls only.
+    unsafe {
+        let mut w: c_int = 0;
+        while libc::waitpid(-1, &mut w, 0) > 0 {}
+        send(report, EXITED | (127 << 8));
+        libc::_exit(127)
     }
 }
 
@@ -136,7 +171,7 @@ unsafe fn reap(st: &mut State) -> bool {
         if r == st.pgid {
             if libc::WIFSTOPPED(w) {
                 // SAFETY: an 8-byte write to our pipe.
-                unsafe { send(1, STOPPED) };
+                unsafe { send(st.report, STOPPED) };
             } else {
                 st.status = Some(w);
             }
@@ -176,7 +211,7 @@ unsafe fn wait(st: &mut State, sfd: c_int, timeout_ns: u64) {
     };
     let mut fds = [
         libc::pollfd {
-            fd: if st.orphaned { -1 } else { 0 },
+            fd: if st.orphaned { -1 } else { st.orders },
             events: libc::POLLIN,
             revents: 0,
         },
@@ -206,7 +241,7 @@ unsafe fn wait(st: &mut State, sfd: c_int, timeout_ns: u64) {
         }
         if fds[0].revents != 0 {
             let mut buf = [0u8; 64];
-            let n = libc::read(0, buf.as_mut_ptr().cast(), buf.len());
+            let n = libc::read(st.orders, buf.as_mut_ptr().cast(), buf.len());
             if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
                 orphaned(st);
             } else if n > 0 {
@@ -265,8 +300,10 @@ unsafe fn finish(st: &State, status: c_int) -> ! {
     // SAFETY: raw syscalls only.
     unsafe {
         if st.fired {
-            send(1, FIRED);
+            send(st.report, FIRED);
         }
+        // dlock releases the lease on this word, without waiting for our own exit.
+        send(st.report, EXITED | status as u32 as u64);
         if libc::WIFSIGNALED(status) {
             let sig = libc::WTERMSIG(status);
             // Die of the same signal, without a core file of our own.
@@ -288,17 +325,5 @@ unsafe fn finish(st: &State, status: c_int) -> ! {
         } else {
             1
         })
-    }
-}
-
-/// Close every descriptor from `first` up.
-unsafe fn close_from(first: c_int) {
-    // SAFETY: close_range, or close one by one where the kernel lacks it.
-    unsafe {
-        if libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0u32) != 0 {
-            for fd in first..4096 {
-                libc::close(fd);
-            }
-        }
     }
 }

@@ -11,6 +11,7 @@
 //! grace later, by dlock and by its watchdog alike. If dlock dies, the watchdog stops the
 //! whole tree: SIGTERM to all of it at once, SIGKILL one kill grace later, before the deadline.
 
+mod exec;
 mod job;
 mod keeper;
 mod renew;
@@ -21,6 +22,8 @@ mod tree;
 pub mod watchdog;
 
 use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,14 +68,22 @@ fn margin(grace: Duration) -> Duration {
     (grace / 4).max(Duration::from_millis(10))
 }
 
-/// Run `command` while `lease` is held, under its watchdog; release the lease when it exits
-/// and return the exit code dlock should end with. `shards` renews and releases the lease;
-/// `out` reports; renewals, their failures, a loss and the release go to `events`.
+pub use spawn::Prepared;
+
+/// Fork the watchdog of `command` before asking for a lock on (some of) `names`, so that the
+/// fork is not between the grant and the command (see `spawn`).
+pub fn prepare(command: &[OsString], names: &[String], grace: Duration) -> Result<Prepared> {
+    spawn::prepare(command, names, grace, margin(grace))
+}
+
+/// Run the prepared command while `lease` is held, under its watchdog; release the lease when
+/// it exits and return the exit code dlock should end with. `shards` renews and releases the
+/// lease; `out` reports; renewals, their failures, a loss and the release go to `events`.
 pub async fn supervise_with(
     shards: &Arc<Shards>,
     out: &Output,
     lease: Lease,
-    command: &[OsString],
+    prepared: Prepared,
     grace: Duration,
     limits: Limits,
     events: &Events,
@@ -81,7 +92,8 @@ pub async fn supervise_with(
     let mut signals = Signals::catch(&FORWARDED)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     let terminal = sys::Foreground::ours();
-    let job = match spawn::start(&lease, command, grace, margin(grace), terminal.is_some()) {
+    let program = prepared.program().to_os_string();
+    let job = match prepared.start(&lease, terminal.is_some()).await {
         Ok(job) => job,
         Err(e) => {
             shards.release(&lease.req.names, &lease.req.token).await;
@@ -93,7 +105,7 @@ pub async fn supervise_with(
     }
     out.debug(&format!(
         "started {:?} as pid {} under fence {}",
-        command[0], job.pgid, lease.grants[0].fence
+        program, job.pgid, lease.grants[0].fence
     ));
     let mut run = Supervised::new(shards, out, lease, job, terminal, grace, limits, events);
     // On a terminal, the shell's SIGCONT (`fg`, `bg`) resumes the command after dlock stopped
@@ -213,12 +225,12 @@ impl<'a> Supervised<'a> {
         &mut self,
         signals: &mut Signals,
         conts: &mut Option<Signals>,
-    ) -> std::io::Result<std::process::ExitStatus> {
+    ) -> std::io::Result<ExitStatus> {
         let never = self.started;
         loop {
             let health = self.health.borrow().clone();
             if self.follow(&health) {
-                return self.child.wait().await;
+                return self.ended().await;
             }
             let mut kill_at = health.deadline - self.margin;
             if let Some(at) = self.gone_kill_at {
@@ -235,7 +247,10 @@ impl<'a> Supervised<'a> {
                 changed = self.health.changed(), if !self.renewer_done => {
                     self.renewer_done = changed.is_err();
                 }
-                _ = self.dog.stopped() => self.suspend().await,
+                event = self.dog.event() => match event {
+                    watchdog::Event::Stopped => self.suspend().await,
+                    watchdog::Event::Exited(status) => return Ok(ExitStatus::from_raw(status)),
+                },
                 Some(_) = async { Some(conts.as_mut()?.recv().await) }, if conts.is_some() => {
                     if let Some(t) = &self.terminal {
                         self.out.debug("continued; resuming the command");
@@ -246,7 +261,7 @@ impl<'a> Supervised<'a> {
                     // A dlock stopped (SIGSTOP) past the deadline wakes after the watchdog
                     // has stopped the command: claim no signal that is not sent.
                     if self.already_over() {
-                        return self.child.wait().await;
+                        return self.ended().await;
                     }
                     self.unrenewed(&health);
                 }
@@ -259,7 +274,7 @@ impl<'a> Supervised<'a> {
                 }
                 _ = sleep_until(kill_at), if self.term_sent && !self.kill_sent => {
                     if self.already_over() {
-                        return self.child.wait().await;
+                        return self.ended().await;
                     }
                     self.out.error(
                         "the command did not stop in time; sending SIGKILL before the lease runs out",
@@ -273,7 +288,19 @@ impl<'a> Supervised<'a> {
     /// The command has ended, or the watchdog is already stopping it (dlock was stopped past
     /// the deadline): claim no signal of dlock's own, only wait for the end.
     fn already_over(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.fired()
+        matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.fired() || self.dog.has_exited()
+    }
+
+    /// The command's status: from the watchdog's last word, or from its exit.
+    async fn ended(&mut self) -> std::io::Result<ExitStatus> {
+        tokio::select! {
+            status = self.child.wait() => status,
+            event = async { loop {
+                if let watchdog::Event::Exited(status) = self.dog.event().await {
+                    break status;
+                }
+            } } => Ok(ExitStatus::from_raw(event)),
+        }
     }
 
     /// Pass a renewed deadline on to the watchdog; act on a lease the store said is gone.
@@ -300,7 +327,7 @@ impl<'a> Supervised<'a> {
             self.lost_event(why);
             // A dlock stopped past the deadline may hear of the loss after the watchdog has
             // stopped the command: say so, not that it stops it now.
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.has_exited() {
                 self.out
                     .error(&format!("{why}; the command had already ended"));
                 return true;

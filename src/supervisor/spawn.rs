@@ -1,12 +1,12 @@
-//! Starting the job: dlock forks the watchdog, the watchdog forks the command.
+//! Starting the job in two steps, so that no fork is left between the grant and the command.
 //!
-//! One `Command::spawn`: its forked child becomes the watchdog (a child subreaper in a group
-//! of its own) and, still inside the pre-exec hook, forks again; that second child puts itself
-//! in a new process group, takes the terminal if dlock had it, names itself to dlock, and goes
-//! on to exec the command. The watchdog never returns from the hook: it closes every inherited
-//! descriptor (so `spawn` sees the command's exec, not its own) and watches until the job is
-//! over, then exits with the command's status. dlock's `Child` is therefore the watchdog, and
-//! waiting for it is waiting for the command.
+//! `prepare`, before the lock is asked for: one `Command::spawn` forks the watchdog (a child
+//! subreaper in a group of its own). Its pre-exec hook never returns: the watchdog closes
+//! dlock's own descriptors (so `spawn` returns at once) and waits. `start`, once the lease is
+//! granted: dlock sends the deadline and the lease's variables, and the watchdog starts the
+//! command (see `exec`), which puts itself in a new process group and takes the terminal if
+//! dlock had it. dlock's `Child` is the watchdog, whose status is the command's; the
+//! watchdog also reports that status before it exits, and dlock releases on that word.
 
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
@@ -14,11 +14,30 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+use super::exec::Launch;
 use super::keeper;
-use super::watchdog::{self, PID, Pipes, Watchdog};
+use super::watchdog::{self, Pipes, Watchdog};
 use crate::engine::{Lease, previous};
 use crate::exit::{Error, ExitCode, Result};
-use crate::sys;
+
+/// The variables the command gets from the lease; dlock's own values of them (a dlock run
+/// inside another's command) are not passed on.
+pub const LEASE_VARS: [&str; super::exec::VARS] = [
+    "DLOCK_NAME",
+    "DLOCK_TOKEN",
+    "DLOCK_FENCE",
+    "DLOCK_FENCES",
+    "DLOCK_PREVIOUS",
+];
+
+/// A watchdog forked and waiting to start the command.
+pub struct Prepared {
+    child: tokio::process::Child,
+    dog: Watchdog,
+    command: Vec<OsString>,
+    found: bool,
+    room: usize,
+}
 
 /// A started job: the watchdog (dlock's child, whose status is the command's), the command's
 /// process group, and dlock's end of the watchdog's pipes.
@@ -28,74 +47,96 @@ pub struct Job {
     pub dog: Watchdog,
 }
 
-/// Start `command` under the watchdog, with the lease in its environment. `foreground`: dlock
-/// has the terminal, and the command's group takes it before exec.
-pub fn start(
-    lease: &Lease,
+/// Fork the watchdog for `command`, to be started under a lease on some of `names` (each
+/// lease's variables must fit the room made here).
+pub fn prepare(
     command: &[OsString],
+    names: &[String],
     grace: Duration,
     margin: Duration,
-    foreground: bool,
-) -> Result<Job> {
-    let mut cmd = build(lease, command);
-    let pipes =
-        Pipes::new().map_err(|e| Error::failure(format!("cannot start the watchdog: {e}")))?;
+) -> Result<Prepared> {
+    let cannot = |e: std::io::Error| Error::failure(format!("cannot start the watchdog: {e}"));
+    let pipes = Pipes::new().map_err(cannot)?;
+    // Every name twice (DLOCK_NAME, DLOCK_FENCES), a fence for each, a token, the rest.
+    let room = 1024 + names.iter().map(|n| 2 * n.len() + 48).sum::<usize>();
+    let launch = Box::into_raw(Box::new(Launch::new(
+        command,
+        room,
+        [pipes.orders.0.as_raw_fd(), pipes.reports.1.as_raw_fd()],
+    )));
+    // SAFETY: from Box::into_raw just above; taken back below, once the fork is done.
+    let found = unsafe { (*launch).found() };
     let setup = keeper::Setup {
         orders: pipes.orders.0.as_raw_fd(),
         report: pipes.reports.1.as_raw_fd(),
-        deadline: watchdog::kernel_ns(lease.deadline),
         grace: grace.as_nanos() as u64,
         margin: margin.as_nanos() as u64,
+        launch,
     };
+    // The program std is given is never run: the hook does not return.
+    let mut cmd = Command::new("/proc/self/exe");
     // SAFETY: the hook runs in the forked child of a multithreaded process and makes only
-    // raw, async-signal-safe syscalls (see `fork_job`).
-    unsafe { cmd.pre_exec(move || fork_job(setup, foreground)) };
-    let child = cmd.spawn().map_err(|e| not_run(command, e))?;
-    let mut dog = pipes
-        .into_watchdog()
-        .map_err(|e| Error::failure(format!("cannot watch the command: {e}")))?;
-    let pgid = dog
-        .command_pid()
-        .map_err(|e| Error::failure(format!("cannot watch the command: {e}")))?;
-    Ok(Job { child, pgid, dog })
+    // raw, async-signal-safe syscalls (see `become_watchdog`).
+    unsafe { cmd.pre_exec(move || become_watchdog(setup)) };
+    let spawned = cmd.spawn();
+    // SAFETY: the pointer came from Box::into_raw; the watchdog has its own copy.
+    drop(unsafe { Box::from_raw(launch) });
+    let child = spawned.map_err(cannot)?;
+    let dog = pipes.into_watchdog().map_err(cannot)?;
+    Ok(Prepared {
+        child,
+        dog,
+        command: command.to_vec(),
+        found,
+        room,
+    })
 }
 
-/// In dlock's forked child: become the watchdog and fork the command. Returns (to exec) only
-/// in the command's process.
-fn fork_job(setup: keeper::Setup, foreground: bool) -> std::io::Result<()> {
-    // SAFETY: raw syscalls; the watchdog branch never returns.
+/// In dlock's forked child: become the watchdog. Never returns.
+fn become_watchdog(setup: keeper::Setup) -> std::io::Result<()> {
+    // SAFETY: raw syscalls; keeper::run never returns.
     unsafe {
         libc::setpgid(0, 0);
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let watchdog = libc::getpid();
-        // A raw clone: the watchdog is single-threaded, and libc's fork would run handlers
-        // registered by the multithreaded dlock.
-        let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
-        match pid {
-            -1 => Err(std::io::Error::last_os_error()),
-            0 => {
-                // The command: a group of its own, as a shell gives a job.
-                libc::setpgid(0, 0);
-                if foreground {
-                    // As shells do, the child takes the terminal itself too, so that it never
-                    // reads it from a background group (and stops) before dlock gets to it.
-                    let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                    libc::tcsetpgrp(0, libc::getpid());
-                    libc::signal(libc::SIGTTOU, old);
-                }
-                // If the watchdog is killed, the command goes with it.
-                sys::die_with_parent(watchdog)?;
-                watchdog::send(setup.report, PID | libc::getpid() as u64);
-                Ok(())
-            }
-            command => keeper::run(setup, command as libc::pid_t),
+        keeper::run(setup)
+    }
+}
+
+impl Prepared {
+    /// The command's first word, as the user gave it.
+    pub fn program(&self) -> &std::ffi::OsStr {
+        &self.command[0]
+    }
+
+    /// Start the command under `lease`. `foreground`: dlock has the terminal, and the
+    /// command's group takes it before exec.
+    pub async fn start(mut self, lease: &Lease, foreground: bool) -> Result<Job> {
+        if !self.found {
+            return Err(not_run(&self.command, std::io::ErrorKind::NotFound.into()));
+        }
+        let vars = vars(lease);
+        let lost = |e: std::io::Error| Error::failure(format!("cannot start the command: {e}"));
+        if vars.len() > self.room {
+            return Err(lost(std::io::Error::other("too many lock names")));
+        }
+        self.dog
+            .start(watchdog::kernel_ns(lease.deadline), &vars, foreground)
+            .map_err(lost)?;
+        match self.dog.started().await.map_err(lost)? {
+            Ok(pgid) => Ok(Job {
+                child: self.child,
+                pgid,
+                dog: self.dog,
+            }),
+            Err(e) => Err(not_run(&self.command, e)),
         }
     }
 }
 
-fn build(lease: &Lease, command: &[OsString]) -> Command {
+/// The lease's variables, each `NAME=value` ending in NUL, in the order of `LEASE_VARS`.
+fn vars(lease: &Lease) -> Vec<u8> {
     let req = &lease.req;
     let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
     // Each name with its own fence, for a child that fences several resources: names hold no
@@ -106,21 +147,21 @@ fn build(lease: &Lease, command: &[OsString]) -> Command {
         .zip(&fences)
         .map(|(n, f)| format!("{n}={f}"))
         .collect();
-    let mut cmd = match sys::find_program(&command[0]) {
-        Some(path) => {
-            let mut c = Command::new(path);
-            c.arg0(&command[0]);
-            c
-        }
-        None => Command::new(&command[0]),
-    };
-    cmd.args(&command[1..])
-        .env("DLOCK_NAME", req.names.join(" "))
-        .env("DLOCK_TOKEN", &req.token)
-        .env("DLOCK_FENCE", fences.join(" "))
-        .env("DLOCK_FENCES", pairs.join(","))
-        .env("DLOCK_PREVIOUS", previous(lease).as_str());
-    cmd
+    let values = [
+        req.names.join(" "),
+        req.token.clone(),
+        fences.join(" "),
+        pairs.join(","),
+        previous(lease).as_str().to_string(),
+    ];
+    let mut out = Vec::new();
+    for (name, value) in LEASE_VARS.iter().zip(values) {
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(value.as_bytes());
+        out.push(0);
+    }
+    out
 }
 
 /// Why the command could not be run, as the shell says it.

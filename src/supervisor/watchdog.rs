@@ -5,15 +5,15 @@
 //! dlock itself stops the command before its lease can run out, but only while dlock runs. A
 //! dlock that is frozen (SIGSTOP, a debugger) or dead (SIGKILL, the OOM killer, a crash) cannot
 //! act, while the command and whatever it started run on after the store has let the lease go
-//! and someone else has entered. So dlock forks the watchdog, and the watchdog forks the
+//! and someone else has entered. So dlock forks the watchdog, and the watchdog starts the
 //! command: every process of the job descends from the watchdog, and being a child subreaper
-//! it inherits every orphan of the job, whatever group or session it moved to. dlock pushes
-//! each new deadline through a pipe; the watchdog times it on the kernel's monotonic clock by
-//! raw syscalls (see `keeper` for its side). This file is dlock's side.
+//! it inherits every orphan of the job, whatever group or session it moved to. dlock sends the
+//! start (see `spawn`) and then each new deadline through a pipe; the watchdog times it on the
+//! kernel's monotonic clock by raw syscalls (see `keeper` for its side) and reports back
+//! through another. This file is dlock's side.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -29,8 +29,25 @@ pub const KILL: u64 = u64::MAX - 1;
 pub const STOPPED: u64 = 1 << 62;
 /// From the watchdog: it stopped the command for the deadline (dlock could not act).
 pub const FIRED: u64 = 1 << 61;
-/// From the command's forked child, before exec: its pid (and group), in the low bits.
+/// From the watchdog, once the command's exec succeeded: its pid (and group), in the low bits.
 pub const PID: u64 = 1 << 60;
+/// From the watchdog: the command could not be run; the errno of its exec in the low bits.
+pub const EXEC_FAILED: u64 = 1 << 59;
+/// From the watchdog, the last word before it exits: the command's wait status in the low
+/// bits. dlock releases on it, without waiting for the watchdog's own exit.
+pub const EXITED: u64 = 1 << 58;
+/// To the watchdog, once: start the command. The low 32 bits count the bytes of the lease's
+/// variables that follow the deadline; bit 32 says the command takes the terminal.
+pub const START: u64 = 1 << 57;
+pub const FOREGROUND: u64 = 1 << 32;
+
+/// What the watchdog reported, for dlock's supervision loop.
+pub enum Event {
+    /// The command was stopped (Ctrl-Z, SIGSTOP).
+    Stopped,
+    /// The command has ended, with this wait status; the watchdog is exiting.
+    Exited(i32),
+}
 
 /// dlock's end of the watchdog.
 pub struct Watchdog {
@@ -42,6 +59,8 @@ pub struct Watchdog {
     fired: bool,
     /// The command stopped (Ctrl-Z), read while looking for something else.
     stop_seen: bool,
+    /// The command's wait status, once the watchdog reported its end.
+    exited: Option<i32>,
 }
 
 /// The pipes of a watchdog about to be forked, and the numbers it is forked with.
@@ -83,6 +102,7 @@ impl Pipes {
             reports: unsafe { AsyncFd::register_with_interest(reports, Interest::READABLE)? },
             fired: false,
             stop_seen: false,
+            exited: None,
         })
     }
 }
@@ -94,17 +114,69 @@ pub fn kernel_ns(deadline: Instant) -> u64 {
 }
 
 impl Watchdog {
-    /// The command's pid, which its forked child wrote before exec: by the time its spawn
-    /// returned, it is in the pipe (or the spawn failed).
-    pub fn command_pid(&mut self) -> io::Result<u32> {
-        for _ in 0..100 {
-            match self.read_one() {
-                Some(m) if m & PID != 0 => return Ok((m & !PID) as u32),
+    /// Tell the watchdog to start the command: `deadline` (kernel nanoseconds) and the
+    /// lease's variables (`NAME=value` strings, each ending in NUL).
+    pub fn start(&self, deadline: u64, vars: &[u8], foreground: bool) -> io::Result<()> {
+        let head = START | vars.len() as u64 | if foreground { FOREGROUND } else { 0 };
+        let mut all = Vec::with_capacity(16 + vars.len());
+        all.extend_from_slice(&head.to_ne_bytes());
+        all.extend_from_slice(&deadline.to_ne_bytes());
+        all.extend_from_slice(vars);
+        let mut left = &all[..];
+        while !left.is_empty() {
+            // SAFETY: a write from a live buffer to a descriptor we own (blocking: the
+            // watchdog reads as we write).
+            let n =
+                unsafe { libc::write(self.orders.as_raw_fd(), left.as_ptr().cast(), left.len()) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            left = &left[n as usize..];
+        }
+        Ok(())
+    }
+
+    /// The watchdog's answer to `start`: the command's pid once its exec succeeded, or the
+    /// exec's error.
+    pub async fn started(&mut self) -> io::Result<Result<u32, io::Error>> {
+        loop {
+            match self.next().await {
+                Some(m) if m & PID != 0 => return Ok(Ok((m & !PID) as u32)),
+                Some(m) if m & EXEC_FAILED != 0 => {
+                    return Ok(Err(io::Error::from_raw_os_error((m & !EXEC_FAILED) as i32)));
+                }
                 Some(m) => self.note(m),
-                None => std::thread::sleep(Duration::from_millis(10)),
+                None => {
+                    return Err(io::Error::other(
+                        "the watchdog ended before the command started",
+                    ));
+                }
             }
         }
-        Err(io::Error::other("the command's process did not report"))
+    }
+
+    /// The next message (None once the watchdog has closed its end). Cancel-safe.
+    async fn next(&mut self) -> Option<u64> {
+        loop {
+            let Ok(mut ready) = self.reports.readable().await else {
+                return None;
+            };
+            let mut b = [0u8; 8];
+            let fd = ready.get_inner().as_raw_fd();
+            // SAFETY: reading 8 bytes into a stack buffer from a descriptor we own.
+            let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
+            if n == 8 {
+                return Some(u64::from_ne_bytes(b));
+            }
+            if n == 0 {
+                return None;
+            }
+            ready.clear_ready();
+        }
     }
 
     fn read_one(&self) -> Option<u64> {
@@ -121,36 +193,36 @@ impl Watchdog {
         if message == STOPPED {
             self.stop_seen = true;
         }
+        if message & EXITED != 0 && message & (PID | EXEC_FAILED | FIRED | STOPPED) == 0 {
+            self.exited = Some((message & 0xffff_ffff) as u32 as i32);
+        }
     }
 
-    /// The next time the watchdog saw the command stop (Ctrl-Z). Cancel-safe.
-    pub async fn stopped(&mut self) {
-        // A stop read by `fired` or `command_pid` in passing.
-        if std::mem::take(&mut self.stop_seen) {
-            return;
-        }
+    /// The next thing the watchdog reports: the command stopped (Ctrl-Z), or ended. Pending
+    /// for ever once the watchdog is gone without a word (dlock then learns of the end by
+    /// waiting for it). Cancel-safe.
+    pub async fn event(&mut self) -> Event {
         loop {
-            let Ok(mut ready) = self.reports.readable().await else {
-                return std::future::pending().await;
-            };
-            let mut b = [0u8; 8];
-            let fd = ready.get_inner().as_raw_fd();
-            // SAFETY: as in read_one.
-            let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
-            if n == 8 {
-                let m = u64::from_ne_bytes(b);
-                if m == STOPPED {
-                    return;
-                }
-                self.note(m);
-                continue;
+            // Read by `fired` or `started` in passing.
+            if std::mem::take(&mut self.stop_seen) {
+                return Event::Stopped;
             }
-            if n == 0 {
-                // The watchdog has ended; nothing more will come.
-                return std::future::pending().await;
+            if let Some(status) = self.exited {
+                return Event::Exited(status);
             }
-            ready.clear_ready();
+            match self.next().await {
+                Some(m) => self.note(m),
+                None => return std::future::pending().await,
+            }
         }
+    }
+
+    /// The command's end, if the watchdog has reported it (messages read so far).
+    pub fn has_exited(&mut self) -> bool {
+        while let Some(m) = self.read_one() {
+            self.note(m);
+        }
+        self.exited.is_some()
     }
 
     /// A new deadline: later when the lease was renewed, sooner when the store said it is

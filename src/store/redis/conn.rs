@@ -15,21 +15,27 @@ use super::redial::{Redial, Retry};
 /// A Lua script with its SHA1, sent by hash and loaded when the server does not know it.
 pub struct Lua {
     pub source: &'static str,
-    pub sha: String,
+    /// Hashed when first sent: a run sends two of the seven scripts.
+    sha: std::sync::OnceLock<String>,
 }
 
 impl Lua {
     pub fn new(source: &'static str) -> Lua {
         Lua {
             source,
-            sha: redis::Script::new(source).get_hash().to_string(),
+            sha: std::sync::OnceLock::new(),
         }
+    }
+
+    pub fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_string())
     }
 
     fn call(&self, by_hash: bool, keys: &[String], args: &[String]) -> Cmd {
         let mut c = if by_hash {
             let mut c = cmd("EVALSHA");
-            c.arg(&self.sha);
+            c.arg(self.sha());
             c
         } else {
             let mut c = cmd("EVAL");

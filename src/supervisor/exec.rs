@@ -1,0 +1,309 @@
+//! The command's start, prepared by dlock before it asks for the lock and carried out by the
+//! watchdog once the lease is granted: no fork is left between the grant and the command.
+//!
+//! dlock builds everything the exec needs while it may still allocate (`Launch::new`): the
+//! program's path, its argv, the environment without the lease's variables, room for those,
+//! the descriptors the command inherits, and a stack. The watchdog, a forked copy, holds that
+//! memory and waits for word (`await_start`): the deadline and the lease's variables. It then
+//! starts the command with a vfork-style clone (`launch`): the child shares the watchdog's
+//! memory until its exec, so no page table is copied, and the watchdog resumes only once the
+//! exec succeeded or failed, which it reports to dlock. Only raw syscalls and the prepared
+//! buffers are used after the fork, as in `keeper`.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+use libc::{c_char, c_int, c_void, pid_t};
+
+use super::signals::FORWARDED;
+
+/// The signals the watchdog ignores (a stop aimed at a group must not stop it, and the job's
+/// signals are dlock's to forward), besides the forwarded ones.
+pub const IGNORED: [c_int; 4] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGPIPE];
+/// Of those, the ones whose disposition the command inherits from dlock's caller, as it would
+/// from any program (SIGPIPE the command gets at its default, as Rust's spawn gives it).
+const INHERITED: [c_int; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+/// The vfork child's stack: it runs a few syscalls and execve.
+const STACK: usize = 64 * 1024;
+
+/// Everything the exec needs, built by dlock before the fork; the watchdog's copy is used.
+pub struct Launch {
+    /// The program found on PATH (or as given with a `/`); None: not found.
+    path: Option<CString>,
+    _args: Vec<CString>,
+    argv: Vec<*const c_char>,
+    /// For a file without a `#!` line (ENOEXEC), run by /bin/sh as execvp does.
+    sh_argv: Vec<*const c_char>,
+    _env: Vec<CString>,
+    /// The environment: dlock's, then the lease's variables, then NULL (slots kept free).
+    envp: Vec<*const c_char>,
+    inherited_env: usize,
+    /// Where the lease's variables arrive (NUL-separated); sized for the longest lease.
+    vars: Vec<u8>,
+    stack: Vec<u8>,
+    /// Descriptors the watchdog keeps until the command started, sorted: 0-2, those dlock's
+    /// caller passed on (the command inherits them), and the watchdog's two pipe ends.
+    keep: Vec<c_int>,
+    /// Filled in the watchdog: the dispositions to give back to the command.
+    saved: [libc::sigaction; INHERITED.len()],
+    foreground: bool,
+    watchdog: pid_t,
+    /// Set by the child if its exec failed.
+    errno: c_int,
+}
+
+/// How many variables dlock sends at the start (`spawn::vars`).
+pub const VARS: usize = 5;
+
+impl Launch {
+    /// `command` as the user gave it; `room`: the most bytes the lease's variables can take;
+    /// `pipes`: the watchdog's ends of its pipes (kept open, close-on-exec).
+    pub fn new(command: &[OsString], room: usize, pipes: [c_int; 2]) -> Launch {
+        let path = crate::sys::find_program(&command[0])
+            .map(|p| p.into_os_string())
+            .or_else(|| {
+                command[0]
+                    .as_bytes()
+                    .contains(&b'/')
+                    .then(|| command[0].clone())
+            })
+            .map(|p| cstring(p.as_bytes()));
+        let args: Vec<CString> = command.iter().map(|a| cstring(a.as_bytes())).collect();
+        let mut argv: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut sh_argv = vec![c"/bin/sh".as_ptr()];
+        sh_argv.push(path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()));
+        sh_argv.extend_from_slice(&argv[1..]);
+        let env: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| !crate::supervisor::spawn::LEASE_VARS.iter().any(|v| k == v))
+            .map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                cstring(&b)
+            })
+            .collect();
+        let mut envp: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
+        let inherited_env = envp.len();
+        envp.resize(inherited_env + VARS + 1, std::ptr::null());
+        let mut keep = inherited_fds();
+        keep.extend([0, 1, 2]);
+        keep.extend(pipes);
+        keep.sort_unstable();
+        keep.dedup();
+        Launch {
+            path,
+            _args: args,
+            argv,
+            sh_argv,
+            _env: env,
+            envp,
+            inherited_env,
+            vars: vec![0; room],
+            stack: vec![0; STACK],
+            keep,
+            // SAFETY: sigaction is plain data; all zeroes is a valid value.
+            saved: unsafe { std::mem::zeroed() },
+            foreground: false,
+            watchdog: 0,
+            errno: 0,
+        }
+    }
+
+    pub fn found(&self) -> bool {
+        self.path.is_some()
+    }
+}
+
+/// A C string of `b`; the OS never hands out a NUL inside an argument or a variable.
+fn cstring(b: &[u8]) -> CString {
+    CString::new(b).unwrap_or_default()
+}
+
+/// The descriptors above 2 that dlock's caller passed on (not close-on-exec): the command
+/// inherits them, as from any program. dlock's own are all close-on-exec.
+fn inherited_fds() -> Vec<c_int> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<c_int>().ok())
+        .filter(|&fd| fd > 2)
+        .filter(|&fd| {
+            // SAFETY: F_GETFD only reads the descriptor's flags (the one read_dir used is
+            // closed by now and fails here).
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .collect()
+}
+
+/// Close every descriptor but those in `keep` (sorted).
+pub unsafe fn close_except(keep: &[c_int]) {
+    let mut from: u32 = 0;
+    for &k in keep {
+        if k < 0 {
+            continue;
+        }
+        let k = k as u32;
+        if k > from {
+            // SAFETY: close_range takes no pointers.
+            unsafe { close_range(from, k - 1) };
+        }
+        from = from.max(k + 1);
+    }
+    // SAFETY: as above.
+    unsafe { close_range(from, u32::MAX) };
+}
+
+unsafe fn close_range(first: u32, last: u32) {
+    // SAFETY: close_range, or close one by one where the kernel lacks it.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, first, last, 0u32) != 0 {
+            for fd in first..last.min(4096) {
+                libc::close(fd as c_int);
+            }
+        }
+    }
+}
+
+/// In the watchdog, before it waits: close dlock's own descriptors (a file store's lock, a
+/// connection; std's spawn then returns) but what the command inherits, and ignore the job's
+/// signals, keeping what the command is to get back.
+pub unsafe fn arm(launch: *mut Launch) {
+    // SAFETY: the watchdog's own copy of the launch; raw syscalls only.
+    unsafe {
+        let l = &mut *launch;
+        close_except(&l.keep);
+        for (i, &s) in INHERITED.iter().enumerate() {
+            libc::sigaction(s, std::ptr::null(), &mut l.saved[i]);
+        }
+        for s in FORWARDED.into_iter().chain(IGNORED) {
+            libc::signal(s, libc::SIG_IGN);
+        }
+    }
+}
+
+/// Read exactly `buf.len()` bytes; false at end of file (dlock is gone).
+unsafe fn read_all(fd: c_int, buf: *mut u8, len: usize) -> bool {
+    let mut got = 0;
+    while got < len {
+        // SAFETY: reading into the rest of a live buffer.
+        let n = unsafe { libc::read(fd, buf.add(got).cast(), len - got) };
+        if n > 0 {
+            got += n as usize;
+        } else if n == 0 || unsafe { *libc::__errno_location() } != libc::EINTR {
+            return false;
+        }
+    }
+    true
+}
+
+/// Wait for dlock's word to start: the deadline (kernel nanoseconds), or None if dlock went
+/// away (or sent something else) before it was granted the lease.
+pub unsafe fn await_start(launch: *mut Launch, orders: c_int) -> Option<u64> {
+    // SAFETY: as `arm`.
+    unsafe {
+        let l = &mut *launch;
+        let mut head = [0u8; 16];
+        if !read_all(orders, head.as_mut_ptr(), 16) {
+            return None;
+        }
+        let word = u64::from_ne_bytes(head[..8].try_into().ok()?);
+        let deadline = u64::from_ne_bytes(head[8..].try_into().ok()?);
+        let len = (word & 0xffff_ffff) as usize;
+        if word & super::watchdog::START == 0 || len > l.vars.len() {
+            return None;
+        }
+        if !read_all(orders, l.vars.as_mut_ptr(), len) {
+            return None;
+        }
+        l.foreground = word & super::watchdog::FOREGROUND != 0;
+        // Each variable ends in NUL; point the free slots of envp at them.
+        let mut slot = l.inherited_env;
+        let mut begin = 0;
+        for i in 0..len {
+            if l.vars[i] == 0 {
+                if slot < l.inherited_env + VARS {
+                    *l.envp.as_mut_ptr().add(slot) = l.vars.as_ptr().add(begin).cast();
+                    slot += 1;
+                }
+                begin = i + 1;
+            }
+        }
+        Some(deadline)
+    }
+}
+
+/// Start the command: a vfork-style clone that execs it. Returns its pid once the exec
+/// succeeded, or Err(errno).
+pub unsafe fn launch(launch: *mut Launch) -> Result<pid_t, c_int> {
+    // SAFETY: as `arm`; the child runs on the launch's own stack, and the watchdog is
+    // suspended until the child's exec or exit (CLONE_VFORK), so sharing memory is safe.
+    unsafe {
+        let l = &mut *launch;
+        if l.path.is_none() {
+            return Err(libc::ENOENT);
+        }
+        l.watchdog = libc::getpid();
+        l.errno = 0;
+        // Stacks grow down; keep the top 16-byte aligned.
+        let top = (l.stack.as_mut_ptr().add(l.stack.len()) as usize & !15) as *mut c_void;
+        let pid = libc::clone(
+            child,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            launch.cast(),
+        );
+        if pid < 0 {
+            return Err(*libc::__errno_location());
+        }
+        let errno = std::ptr::read_volatile(&l.errno);
+        if errno != 0 {
+            // The child has exited (127); the watchdog reaps it as any child.
+            return Err(errno);
+        }
+        Ok(pid)
+    }
+}
+
+/// The command's process until its exec: on its own stack, in the watchdog's memory.
+extern "C" fn child(arg: *mut c_void) -> c_int {
+    // SAFETY: raw syscalls on the launch prepared before the fork.
+    unsafe {
+        let l = &mut *(arg as *mut Launch);
+        // A group of its own, as a shell gives a job.
+        libc::setpgid(0, 0);
+        if l.foreground {
+            // As shells do, the child takes the terminal itself too, so that it never reads
+            // it from a background group (and stops) before dlock gets to it. SIGTTOU is
+            // still ignored here.
+            libc::tcsetpgrp(0, libc::getpid());
+        }
+        // If the watchdog is killed, the command goes with it; it may have died already.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != l.watchdog
+        {
+            std::ptr::write_volatile(&mut l.errno, libc::ESRCH);
+            libc::_exit(127);
+        }
+        // The signals as dlock's caller would give them: dlock catches the forwarded ones
+        // (an exec resets them to their default), the stops as inherited, nothing blocked.
+        for s in FORWARDED.into_iter().chain([libc::SIGPIPE]) {
+            libc::signal(s, libc::SIG_DFL);
+        }
+        for (i, &s) in INHERITED.iter().enumerate() {
+            libc::sigaction(s, &l.saved[i], std::ptr::null_mut());
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        let path = l.path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
+        libc::execve(path, l.argv.as_ptr(), l.envp.as_ptr());
+        let mut errno = *libc::__errno_location();
+        if errno == libc::ENOEXEC {
+            libc::execve(c"/bin/sh".as_ptr(), l.sh_argv.as_ptr(), l.envp.as_ptr());
+            errno = *libc::__errno_location();
+        }
+        std::ptr::write_volatile(&mut l.errno, errno.max(1));
+        libc::_exit(127)
+    }
+}
