@@ -108,6 +108,83 @@ fn a_missing_command_gives_127_and_releases() {
     assert_code(&env.run(&["lock", "job", "-n"]), 0);
 }
 
+/// A file without a `#!` line is run by /bin/sh, as execvp runs it.
+#[test]
+fn a_script_without_an_interpreter_line_runs_under_sh() {
+    let env = Env::file();
+    let script = env.path("plain-script");
+    std::fs::write(&script, "echo plain \"$1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = env.run(&["run", "job", "--", &script.display().to_string(), "word"]);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "plain word");
+}
+
+/// A descriptor the caller opened for the job (`3>file`) reaches the command, as through any
+/// program (the watchdog, forked before the wait, keeps it for the command).
+#[test]
+fn descriptors_the_caller_passes_on_reach_the_command() {
+    let env = Env::file();
+    let out = env.path("fd3.txt");
+    let mut c = env.cmd();
+    c.args(["run", "job", "--", "sh", "-c", "echo through-3 >&3"]);
+    let file = std::fs::File::create(&out).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: dup2 and fcntl in the forked child before exec; async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            // dup2 onto itself keeps close-on-exec: clear it either way.
+            if libc::dup2(fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = output_within(c, Duration::from_secs(30));
+    assert_code(&o, 0);
+    assert_eq!(read(&out).trim(), "through-3");
+}
+
+/// A run killed while it waits leaves nothing running: its watchdog, forked before the wait,
+/// goes with it, and the lock is untouched.
+#[test]
+fn a_run_killed_while_it_waits_leaves_no_process_behind() {
+    let env = Env::file();
+    let held = env.run(&["lock", "job", "--ttl", "30s"]);
+    assert_code(&held, 0);
+    let mut waiter = env.spawn_run(&["job", "-w", "30s"], "echo ran");
+    let children = || -> Vec<u32> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+            if ppid == Some(waiter.id()) {
+                out.push(pid);
+            }
+        }
+        out
+    };
+    // The waiter is waiting (the holder's inspect counts it) once it has been up a while.
+    std::thread::sleep(Duration::from_millis(500));
+    let forked = children();
+    signal(waiter.id(), libc::SIGKILL);
+    let _ = waiter.wait();
+    assert!(
+        wait_for(Duration::from_secs(2), || forked
+            .iter()
+            .all(|&p| !running(p))),
+        "a process of the killed waiter ran on: {forked:?}"
+    );
+    assert_code(&env.run(&["unlock", "job", "--token", &stdout(&held)]), 0);
+    let o = env.run(&["run", "job", "-n", "--", "true"]);
+    assert_code(&o, 0);
+}
+
 #[test]
 fn sigterm_to_dlock_reaches_the_child_and_its_code_comes_back() {
     let env = Env::file();
