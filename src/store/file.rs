@@ -12,11 +12,12 @@
 pub(crate) mod dir;
 mod doctor;
 mod journal;
+mod replace;
 mod shards;
 mod watch;
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -39,6 +40,8 @@ struct Dir {
     dir: PathBuf,
     desc: String,
     boot: String,
+    /// Replacements go by exchange (see `replace`).
+    swap: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -197,6 +200,7 @@ impl Dir {
             .map_err(|e| io_err("cannot create", &dir, e))?;
         Ok(Dir {
             desc: format!("file://{}", root.display()),
+            swap: replace::swaps(&dir),
             dir,
             boot: sys::boot_id(),
         })
@@ -223,22 +227,6 @@ impl Dir {
     fn write(&self, name: &str, state: &State) -> StoreResult<()> {
         let bytes = serde_json::to_vec(state).expect("state serializes");
         self.put(&file_name(name), &bytes)
-    }
-
-    /// Replace the file `file` of the directory with `bytes`, whole, by rename.
-    fn put(&self, file: &str, bytes: &[u8]) -> StoreResult<()> {
-        let tmp = self.dir.join(".tmp");
-        let path = self.dir.join(file);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io_err("cannot write", &tmp, e))?;
-        f.write_all(bytes)
-            .map_err(|e| io_err("cannot write", &tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| io_err("cannot replace", &path, e))
     }
 
     fn describe_holder(h: &Record, now: u64) -> Holder {

@@ -571,7 +571,8 @@ impl Setup {
                 let ns = d.path().join("default");
                 for e in std::fs::read_dir(&ns).unwrap().flatten() {
                     let f = e.file_name().to_string_lossy().to_string();
-                    if f == ".lock" {
+                    // The flock file, and where new state is written before it is swapped in.
+                    if f == ".lock" || f == ".new" {
                         continue;
                     }
                     let text = std::fs::read_to_string(e.path()).unwrap_or_default();

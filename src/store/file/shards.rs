@@ -14,7 +14,7 @@ impl FileStore {
         write: TagWrite,
     ) -> StoreResult<String> {
         let tag = tag.to_string();
-        // Under the namespace's flock, as every other write: read, decide, replace by rename.
+        // Under the namespace's flock, as every other write: read, decide, replace whole.
         self.locked(move |fs| {
             let path = fs.dir.join(".shards");
             let now = match fs::read_to_string(&path) {
@@ -26,9 +26,7 @@ impl FileStore {
                 _ if write == TagWrite::Read => Ok(now.unwrap_or_default()),
                 Some(s) if write == TagWrite::IfAbsent => Ok(s),
                 _ => {
-                    let tmp = fs.dir.join(".tmp");
-                    fs::write(&tmp, &tag).map_err(|e| io_err("cannot write", &tmp, e))?;
-                    fs::rename(&tmp, &path).map_err(|e| io_err("cannot replace", &path, e))?;
+                    fs.put(".shards", tag.as_bytes())?;
                     Ok(tag)
                 }
             }

@@ -40,7 +40,8 @@ impl DirWatch {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
             .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
-        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_DELETE;
+        // A state file changes only by a rename onto it (see `replace`), or goes.
+        let mask = libc::IN_MOVED_TO | libc::IN_DELETE;
         // SAFETY: fd is open, c is a valid C string.
         if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
             return Err(io::Error::last_os_error());
