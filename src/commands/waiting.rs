@@ -477,7 +477,11 @@ pub async fn follow_reach(
             .collect()
     };
     let mut known = current();
-    let mut tick = tokio::time::interval(STILL_DOWN_EVERY);
+    // Only a wait that rides the outage out retries (stores that never answered this
+    // process fail fast: see `Engine::rides_out`).
+    let retrying = |k: usize| engines[k].rides_out();
+    // The first line comes one period after the outage was first told, not at once.
+    let mut tick = interval_at(Instant::now() + STILL_DOWN_EVERY, STILL_DOWN_EVERY);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
         let any = changes.iter_mut().map(|c| Box::pin(c.changed()));
@@ -486,7 +490,7 @@ pub async fn follow_reach(
                 return std::future::pending().await;
             },
             _ = tick.tick() => {
-                for (_, since, store, _) in known.iter().filter(|_| print) {
+                for (_, since, store, _) in known.iter().filter(|o| print && retrying(o.0.0)) {
                     out.debug(&format!(
                         "{}: unreachable for {}, retrying",
                         printable(store),
@@ -504,8 +508,10 @@ pub async fn follow_reach(
                     names,
                     json!({ "store": store, "error": error }),
                 );
-                if print {
+                if print && retrying(key.0) {
                     out.debug(&format!("{}; retrying", printable(error)));
+                } else if print {
+                    out.debug(&printable(error));
                 }
             }
         }

@@ -497,6 +497,13 @@ impl Engine {
         }
     }
 
+    /// Whether a wait on these stores rides out an outage now: a majority of them has
+    /// answered this process (see `ride_out`). If not, a wait that finds them unreachable
+    /// ends at once, and nobody should be told it is retrying.
+    pub fn rides_out(&self) -> bool {
+        self.known() >= self.majority()
+    }
+
     /// How many stores have answered this process.
     fn known(&self) -> usize {
         (0..self.stores.len())

@@ -105,6 +105,20 @@ fn a_wait_that_ends_in_an_outage_says_how_long_it_lasted() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+/// `-v` says "retrying" only of a wait that does retry: with two of three stores never
+/// reached, the run gives up at once, and its lines say so, not that it is retrying.
+#[test]
+fn verbose_lines_promise_no_retry_a_wait_will_not_make() {
+    let redis = RedisServer::start();
+    let nobody = || format!("redis://127.0.0.1:{}", free_port());
+    let env = Env::with_stores(vec![redis.url(), nobody(), nobody()]);
+    let o = env.run(&["-v", "run", "job", "-w", "1h", "--", "true"]);
+    assert_code(&o, 69);
+    let err = stderr(&o);
+    assert!(err.contains("not waited for"), "{err}");
+    assert!(!err.contains("retrying"), "{err}");
+}
+
 /// A quorum of three with their data kept, restarted one at a time (a majority up at every
 /// moment, nothing lost): the holder keeps its lease.
 #[test]
