@@ -210,19 +210,7 @@ impl PgServer {
     fn processes(&self) -> Vec<u32> {
         let pid = self.pid();
         let mut all = vec![pid];
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().nth(1))
-                .and_then(|x| x.parse::<u32>().ok());
-            if ppid == Some(pid) {
-                all.push(p);
-            }
-        }
+        all.extend(super::children_of(pid));
         all
     }
 

@@ -153,25 +153,9 @@ fn a_run_killed_while_it_waits_leaves_no_process_behind() {
     let held = env.run(&["lock", "job", "--ttl", "30s"]);
     assert_code(&held, 0);
     let mut waiter = env.spawn_run(&["job", "-w", "30s"], "echo ran");
-    let children = || -> Vec<u32> {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-            if ppid == Some(waiter.id()) {
-                out.push(pid);
-            }
-        }
-        out
-    };
     // The waiter is waiting (the holder's inspect counts it) once it has been up a while.
     std::thread::sleep(Duration::from_millis(500));
-    let forked = children();
+    let forked = children_of(waiter.id());
     signal(waiter.id(), libc::SIGKILL);
     let _ = waiter.wait();
     assert!(
