@@ -374,9 +374,10 @@ impl<'a> Waiting<'a> {
         (line, waited)
     }
 
-    /// "redis://...: unreachable for 4s, retrying", while a store is.
+    /// "redis://...: unreachable for 4s, retrying", while a store is and the wait rides it
+    /// out (stores that never answered end the wait at once: no retry to promise).
     fn outage(&self) -> Option<String> {
-        let mut all = self.engines.iter().flat_map(|e| {
+        let mut all = self.engines.iter().filter(|e| e.rides_out()).flat_map(|e| {
             e.outages()
                 .into_iter()
                 .map(move |o| (o.since, e.stores()[o.index].describe().to_string()))
