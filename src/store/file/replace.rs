@@ -57,8 +57,19 @@ impl Dir {
                 }
                 // Nothing to exchange with: the plain rename below replaces nothing.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                // A file system without exchange: rename from now on.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                // A file system (or kernel, or sandbox) without exchange: rename from now on.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(
+                            libc::EINVAL
+                                | libc::ENOSYS
+                                | libc::EOPNOTSUPP
+                                | libc::EXDEV
+                                | libc::EPERM
+                        )
+                    ) =>
+                {
                     self.swap.store(false, Ordering::Relaxed);
                 }
                 Err(e) => return Err(io_err("cannot replace", &path, e)),
