@@ -19,7 +19,7 @@ use super::signals::FORWARDED;
 
 /// The signals the watchdog ignores (a stop aimed at a group must not stop it, and the job's
 /// signals are dlock's to forward), besides the forwarded ones.
-pub const IGNORED: [c_int; 4] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGPIPE];
+const IGNORED: [c_int; 4] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGPIPE];
 /// Of those, the ones whose disposition the command inherits from dlock's caller, as it would
 /// from any program (SIGPIPE the command gets at its default, as Rust's spawn gives it).
 const INHERITED: [c_int; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
@@ -129,8 +129,8 @@ fn inherited_fds() -> Vec<c_int> {
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<c_int>().ok())
         .filter(|&fd| fd > 2)
         .filter(|&fd| {
-            // SAFETY: F_GETFD only reads the descriptor's flags (the one read_dir used is
-            // closed by now and fails here).
+            // SAFETY: F_GETFD only reads the descriptor's flags (read_dir's own descriptor,
+            // open while it lists, is close-on-exec and so left out).
             let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
             flags >= 0 && flags & libc::FD_CLOEXEC == 0
         })

@@ -288,7 +288,12 @@ impl<'a> Supervised<'a> {
     /// The command has ended, or the watchdog is already stopping it (dlock was stopped past
     /// the deadline): claim no signal of dlock's own, only wait for the end.
     fn already_over(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.fired() || self.dog.has_exited()
+        self.command_ended() || self.dog.fired()
+    }
+
+    /// The command has ended: the watchdog said so, or has exited itself.
+    fn command_ended(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.has_exited()
     }
 
     /// The command's status: from the watchdog's last word, or from its exit.
@@ -327,7 +332,7 @@ impl<'a> Supervised<'a> {
             self.lost_event(why);
             // A dlock stopped past the deadline may hear of the loss after the watchdog has
             // stopped the command: say so, not that it stops it now.
-            if matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.has_exited() {
+            if self.command_ended() {
                 self.out
                     .error(&format!("{why}; the command had already ended"));
                 return true;

@@ -219,10 +219,15 @@ impl Watchdog {
 
     /// The command's end, if the watchdog has reported it (messages read so far).
     pub fn has_exited(&mut self) -> bool {
+        self.drain();
+        self.exited.is_some()
+    }
+
+    /// Note every message already in the pipe.
+    fn drain(&mut self) {
         while let Some(m) = self.read_one() {
             self.note(m);
         }
-        self.exited.is_some()
     }
 
     /// A new deadline: later when the lease was renewed, sooner when the store said it is
@@ -250,9 +255,7 @@ impl Watchdog {
     /// After the watchdog (the command's parent) has been reaped: true if it had stopped the
     /// command for the deadline.
     pub fn fired(&mut self) -> bool {
-        while let Some(m) = self.read_one() {
-            self.note(m);
-        }
+        self.drain();
         self.fired
     }
 }
