@@ -69,7 +69,7 @@ pub fn parse_token(s: &str) -> Result<String, String> {
 
 /// A fresh owner token: 128 bits from the OS's random source.
 pub fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    format!("{:032x}", crate::sys::random_u128())
 }
 
 /// The first hex digits of a token: enough to tell holders apart in `inspect` without handing

@@ -12,6 +12,50 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
+/// Random bits straight from the kernel (getrandom(2)), for tokens and jitter. A user-space
+/// generator (rand's ThreadRng) probes the CPU's features by `cpuid` when first used, and a
+/// virtual machine traps every `cpuid`: that probe was 60-70 us of each `run` measured here,
+/// for the one token a run needs.
+pub fn random_u128() -> u128 {
+    let mut b = [0u8; 16];
+    fill_random(&mut b);
+    u128::from_ne_bytes(b)
+}
+
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    fill_random(&mut b);
+    u64::from_ne_bytes(b)
+}
+
+/// Uniform in [0, 1): the top 53 bits of a random u64, as many as an f64 holds exactly.
+pub fn random_f64() -> f64 {
+    (random_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn fill_random(buf: &mut [u8]) {
+    let mut off = 0;
+    while off < buf.len() {
+        let rest = &mut buf[off..];
+        // SAFETY: rest is valid for writes of its length.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n > 0 {
+            off += n as usize;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        // A kernel before 3.17 (ENOSYS) or a sandbox refusing the call: the device instead.
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(rest))
+            .expect("no random source: getrandom(2) and /dev/urandom both failed");
+        return;
+    }
+}
+
 /// Read a kernel clock by raw syscall. Going around libc's `clock_gettime` is the point: a
 /// preloaded library (libfaketime, as used to test date logic) replaces that symbol and with
 /// it CLOCK_MONOTONIC and CLOCK_BOOTTIME, which would let one process misjudge every lease.

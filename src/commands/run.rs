@@ -85,7 +85,7 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
 /// `--jitter`: sleep a random time up to `most` (so a fleet started by cron at :00 does not
 /// hit the store at once); a stopping signal ends it with 128+N, as while waiting.
 async fn jitter(ctx: &Ctx, most: Duration) -> Result<()> {
-    let pause = most.mul_f64(rand::random::<f64>());
+    let pause = most.mul_f64(crate::sys::random_f64());
     ctx.out.debug(&format!(
         "--jitter: sleeping {} before trying",
         humantime::format_duration(Duration::from_millis(pause.as_millis() as u64))
@@ -121,7 +121,7 @@ fn names_and_command(
         let mut seen = std::collections::HashSet::new();
         let mut names = any;
         names.retain(|n| seen.insert(n.clone()));
-        let start = rand::random::<u64>() as usize % names.len();
+        let start = (crate::sys::random_u64() % names.len() as u64) as usize;
         names.rotate_left(start);
         names
     };

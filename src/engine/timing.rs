@@ -38,7 +38,7 @@ pub fn default_kill_grace(ttl: Duration) -> Duration {
 /// Scale `d` by a random factor in [1 - spread, 1 + spread], so that many clients that started
 /// together do not stay in step.
 pub fn jitter(d: Duration, spread: f64) -> Duration {
-    let f = 1.0 + spread * (rand::random::<f64>() * 2.0 - 1.0);
+    let f = 1.0 + spread * (crate::sys::random_f64() * 2.0 - 1.0);
     d.mul_f64(f.max(0.0))
 }
 

@@ -86,7 +86,7 @@ async fn within<T>(f: impl Future<Output = T>) -> T {
 
 /// A namespace of its own for one run of one property.
 fn namespace(property: &str) -> String {
-    format!("{property}-{:08x}", rand::random::<u32>())
+    format!("{property}-{:08x}", (crate::sys::random_u64() as u32))
 }
 
 fn request(names: &[&str], mode: Mode, ttl: Duration, detached: bool) -> Acquire {
@@ -839,7 +839,7 @@ pub async fn shard_list_is_written_once(subject: &Subject) {
     use super::TagWrite::{IfAbsent, Read, Replace};
     let ns = namespace("shards");
     let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
-    let tag = |what: &str| format!("{what}-{:08x}", rand::random::<u32>());
+    let tag = |what: &str| format!("{what}-{:08x}", (crate::sys::random_u64() as u32));
     let record = |s: &Arc<dyn Store>, tag: String, write| {
         let s = s.clone();
         async move {

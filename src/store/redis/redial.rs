@@ -110,7 +110,7 @@ impl Redial {
                     .min(BACKOFF_MAX);
                 st.failures += 1;
                 // Jittered, so that the clients of one restarted server do not dial in step.
-                st.next_dial = Some(Instant::now() + pause.mul_f64(0.5 + rand::random::<f64>()));
+                st.next_dial = Some(Instant::now() + pause.mul_f64(0.5 + crate::sys::random_f64()));
                 Err(e)
             }
         }

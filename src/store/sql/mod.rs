@@ -106,7 +106,7 @@ where
                     && start.elapsed() + pause < patience =>
             {
                 // Many clients broken by one restart must not come back in step.
-                let jittered = pause.mul_f64(0.5 + rand::random::<f64>());
+                let jittered = pause.mul_f64(0.5 + crate::sys::random_f64());
                 tokio::time::sleep(jittered).await;
                 pause = (pause * 2).min(Duration::from_millis(400));
             }
