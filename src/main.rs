@@ -1,5 +1,18 @@
 //! The `dlock` binary: everything it does lives in the library; `app::main` runs it.
+//!
+//! The C `main` is ours (`no_main`), not std's: std's start-up reads /proc/self/maps to find the
+//! main thread's stack guard and installs a stack-overflow handler on an alternate stack, work
+//! every run paid before parsing its first argument. What of it dlock relies on is done here:
+//! SIGPIPE ignored, so a closed pipe is an error to handle, not a death with a lease held (the
+//! command gets SIGPIPE at its default again: see `supervisor::exec`). std still reads the
+//! arguments (glibc hands them to its initialiser), and `process::exit` flushes stdout.
+#![no_main]
 
-fn main() {
+use std::ffi::{c_char, c_int};
+
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    // SAFETY: setting a signal's disposition to SIG_IGN touches no memory of ours.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     std::process::exit(dlock::app::main());
 }
