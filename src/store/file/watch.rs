@@ -120,13 +120,17 @@ impl DirWatch {
 impl Drop for DirWatch {
     /// Closing an inotify descriptor waits for the kernel's SRCU grace period (1 to 20 ms,
     /// longer on a busy host), and a waiter drops its watch just after its grant, before it
-    /// starts its command: the handoff would wait on it. A blocking-pool thread (idle by then:
-    /// it made the grant) closes it instead; outside a runtime, this one.
+    /// starts its command: the handoff would wait on it. A blocking-pool thread closes it
+    /// instead; outside a runtime, this one. The thread is started by a task, which runs
+    /// when this task next waits: after a grant, once the command has been started, so that
+    /// starting a thread is not on the handoff's path either.
     fn drop(&mut self) {
         let Some(fd) = self.fd.take() else { return };
         let fd = fd.into_inner();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn_blocking(move || drop(fd));
+            rt.spawn(async move {
+                drop(tokio::task::spawn_blocking(move || drop(fd)));
+            });
         }
     }
 }
