@@ -1,18 +1,27 @@
 //! The `dlock` binary: everything it does lives in the library; `app::main` runs it.
 //!
-//! The C `main` is ours (`no_main`), not std's: std's start-up reads /proc/self/maps to find the
-//! main thread's stack guard and installs a stack-overflow handler on an alternate stack, work
-//! every run paid before parsing its first argument. What of it dlock relies on is done here:
-//! SIGPIPE ignored, so a closed pipe is an error to handle, not a death with a lease held (the
-//! command gets SIGPIPE at its default again: see `supervisor::exec`). std still reads the
-//! arguments (glibc hands them to its initialiser), and `process::exit` flushes stdout.
-#![no_main]
+//! On Linux with glibc the C `main` is ours (`no_main`), not std's: std's start-up reads
+//! /proc/self/maps to find the main thread's stack guard and installs a stack-overflow handler
+//! on an alternate stack, work every run paid before parsing its first argument. What of it
+//! dlock relies on is done here: SIGPIPE ignored, so a closed pipe is an error to handle, not a
+//! death with a lease held (the command gets SIGPIPE at its default again: see
+//! `supervisor::exec`). std still has the arguments (glibc hands them to its initialiser;
+//! elsewhere std reads them in its own start-up, so other targets keep it), and
+//! `process::exit` flushes stdout.
+#![cfg_attr(all(target_os = "linux", target_env = "gnu"), no_main)]
 
-use std::ffi::{c_char, c_int};
-
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[unsafe(no_mangle)]
-extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     // SAFETY: setting a signal's disposition to SIG_IGN touches no memory of ours.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    std::process::exit(dlock::app::main());
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn main() {
     std::process::exit(dlock::app::main());
 }

@@ -351,3 +351,46 @@ fn a_stopped_run_has_its_child_stopped(wait_first: bool) {
     assert!(!child_ran_on);
     assert_eq!(status.code(), Some(70));
 }
+
+/// A reader that goes away (`dlock run --events - ... | head -c0`, a pipeline cut short) makes
+/// dlock's writes fail, not kill it with the lease held: the command runs to its end, dlock
+/// exits with its status and the lock is free. The command gets SIGPIPE at its default, as
+/// from any program, not dlock's ignoring of it.
+#[test]
+fn a_closed_stdout_does_not_kill_dlock_and_the_command_keeps_sigpipe() {
+    let env = Env::file();
+    let sig_ign = env.path("sigign");
+    let mut c = env.cmd();
+    c.args(["run", "--events", "-", "piped", "--", "sh", "-c"])
+        .arg(format!(
+            "grep SigIgn /proc/$$/status > {}; sleep 0.3; exit 3",
+            sig_ign.display()
+        ));
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn dlock");
+    // The reader goes before dlock writes its first event (the grant).
+    drop(child.stdout.take());
+    let o = finish(child, Duration::from_secs(30));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        o.status.signal(),
+        None,
+        "dlock died by a signal: {}",
+        stderr(&o)
+    );
+    assert_code(&o, 3);
+    let ignored = read(&sig_ign);
+    let mask = u64::from_str_radix(ignored.trim().trim_start_matches("SigIgn:").trim(), 16)
+        .unwrap_or_else(|e| panic!("{ignored:?}: {e}"));
+    assert_eq!(
+        mask & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "the command was started with SIGPIPE ignored"
+    );
+    assert_eq!(
+        env.inspect("piped")["held"],
+        false,
+        "the lock is still held"
+    );
+}
