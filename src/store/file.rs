@@ -239,6 +239,21 @@ impl Dir {
         self.put(&file_name(name), &bytes)
     }
 
+    /// Wake the waiters on these names (after a change that may admit one: a release): each
+    /// state file's times are set to now, the IN_ATTRIB their watch asks for (see `watch`).
+    /// A failure is left alone: a waiter looks again within `MAX_POLL` whatever it hears.
+    fn wake<'a>(&self, names: impl Iterator<Item = &'a str>) {
+        use std::os::unix::ffi::OsStrExt;
+        for name in names {
+            let path = self.path(name);
+            let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+                continue;
+            };
+            // SAFETY: c is a valid C string; a null times pointer means "now".
+            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) };
+        }
+    }
+
     fn describe_holder(h: &Record, now: u64) -> Holder {
         Holder {
             owner: crate::names::owner_id(&h.token),
@@ -430,6 +445,7 @@ impl Store for FileStore {
                 }
             }
             fs.commit(&changed)?;
+            fs.wake(changed.iter().map(|(n, _)| n.as_str()));
             Ok(any)
         })
         .await
@@ -453,6 +469,7 @@ impl Store for FileStore {
                 }
             }
             fs.commit(&changed)?;
+            fs.wake(changed.iter().map(|(n, _)| n.as_str()));
             Ok(any)
         })
         .await

@@ -36,7 +36,12 @@ impl Dir {
     /// Finish the change of a process that died midway (called under the flock).
     pub(super) fn recover(&self) -> StoreResult<()> {
         match self.journal()? {
-            Some(changed) => self.apply(&changed),
+            Some(changed) => {
+                self.apply(&changed)?;
+                // It may have been a release: whoever waits on these names looks again.
+                self.wake(changed.iter().map(|(n, _)| n.as_str()));
+                Ok(())
+            }
             None => Ok(()),
         }
     }

@@ -1,5 +1,6 @@
-//! The file store's waiters: inotify on the namespace directory wakes them when a state file
-//! they wait on is replaced, and only when what it now says may admit them.
+//! The file store's waiters: inotify on the namespace directory wakes them when a change that
+//! may admit them touches a state file they wait on (see `Dir::wake`), and only when what it
+//! now says may admit them.
 
 use std::collections::HashSet;
 use std::io;
@@ -40,8 +41,11 @@ impl DirWatch {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
             .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
-        // A state file changes only by a rename onto it (see `replace`), or goes.
-        let mask = libc::IN_MOVED_TO | libc::IN_DELETE;
+        // A change that may admit a waiter sets the state file's times after its rename (an
+        // IN_ATTRIB, see `Dir::wake`), or the file goes. The renames themselves are not
+        // watched: every grant and renewal, of any name in the namespace, woke every waiter
+        // of the namespace to find nothing for it.
+        let mask = libc::IN_ATTRIB | libc::IN_DELETE;
         // SAFETY: fd is open, c is a valid C string.
         if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
             return Err(io::Error::last_os_error());
@@ -207,5 +211,44 @@ mod tests {
             t.elapsed() < Duration::from_secs(10),
             "the release that freed the lock did not wake the waiter"
         );
+    }
+
+    /// Grants and renewals, of the name waited on or of any other in the namespace, reach no
+    /// waiter at all (its descriptor stays quiet: the process is not even woken to look);
+    /// the release does.
+    #[tokio::test]
+    async fn only_a_release_reaches_the_waiters_descriptor() {
+        use std::os::fd::AsRawFd;
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::open(root.path(), "t").unwrap();
+        let (holder, other, waiter) = (exclusive("h"), exclusive("o"), exclusive("h"));
+        grant(&store, &holder).await;
+        let watch = super::DirWatch::new(
+            &root.path().join("t"),
+            [crate::store::file::file_name("h")].into_iter().collect(),
+            store.0.clone(),
+            waiter,
+        )
+        .unwrap();
+        let pending = || {
+            let mut p = libc::pollfd {
+                fd: watch.fd().get_ref().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, no wait.
+            unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        };
+        grant(&store, &other).await;
+        let ttl = Duration::from_secs(30);
+        assert!(
+            store
+                .renew(&holder.names, &holder.token, ttl)
+                .await
+                .unwrap()
+        );
+        assert!(!pending(), "a grant or a renewal woke the waiter");
+        assert!(store.release(&holder.names, &holder.token).await.unwrap());
+        assert!(pending(), "the release did not reach the waiter");
     }
 }
