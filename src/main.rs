@@ -8,9 +8,10 @@
 //! `supervisor::exec`). std still has the arguments (glibc hands them to its initialiser;
 //! elsewhere std reads them in its own start-up, so other targets keep it), and
 //! `process::exit` flushes stdout.
-#![cfg_attr(all(target_os = "linux", target_env = "gnu"), no_main)]
+// Not under `cargo test`: the test harness's own main must stay the one that runs.
+#![cfg_attr(all(target_os = "linux", target_env = "gnu", not(test)), no_main)]
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 #[unsafe(no_mangle)]
 extern "C" fn main(
     _argc: std::ffi::c_int,
@@ -21,7 +22,7 @@ extern "C" fn main(
     std::process::exit(dlock::app::main());
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+#[cfg(not(all(target_os = "linux", target_env = "gnu", not(test))))]
 fn main() {
     std::process::exit(dlock::app::main());
 }
