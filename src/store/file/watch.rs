@@ -177,6 +177,14 @@ mod tests {
         }
     }
 
+    /// A file store in a fresh directory (namespace "t"), with `holder` granted in it.
+    async fn held(holder: &Acquire) -> (tempfile::TempDir, FileStore) {
+        let root = tempfile::tempdir().unwrap();
+        let store = FileStore::open(root.path(), "t").unwrap();
+        grant(&store, holder).await;
+        (root, store)
+    }
+
     async fn grant(store: &FileStore, req: &Acquire) {
         let got = store.try_acquire(req, false).await.unwrap();
         assert!(
@@ -190,10 +198,8 @@ mod tests {
     /// out; a release that leaves the lock free wakes the waiter.
     #[tokio::test]
     async fn a_grant_that_keeps_a_waiter_out_does_not_wake_it() {
-        let root = tempfile::tempdir().unwrap();
-        let store = FileStore::open(root.path(), "t").unwrap();
         let (holder, winner, waiter) = (exclusive("h"), exclusive("h"), exclusive("h"));
-        grant(&store, &holder).await;
+        let (_root, store) = held(&holder).await;
         let mut listener = store.listen(&waiter).await.unwrap();
         assert!(store.release(&holder.names, &holder.token).await.unwrap());
         grant(&store, &winner).await;
@@ -219,10 +225,8 @@ mod tests {
     #[tokio::test]
     async fn only_a_release_reaches_the_waiters_descriptor() {
         use std::os::fd::AsRawFd;
-        let root = tempfile::tempdir().unwrap();
-        let store = FileStore::open(root.path(), "t").unwrap();
         let (holder, other, waiter) = (exclusive("h"), exclusive("o"), exclusive("h"));
-        grant(&store, &holder).await;
+        let (root, store) = held(&holder).await;
         let watch = super::DirWatch::new(
             &root.path().join("t"),
             [crate::store::file::file_name("h")].into_iter().collect(),
