@@ -28,6 +28,11 @@ pub fn random_u64() -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// Uniform in [0, n) for n > 0 (the modulo's bias is below 2^-32 for any n dlock uses).
+pub fn random_below(n: usize) -> usize {
+    (random_u64() % n as u64) as usize
+}
+
 /// Uniform in [0, 1): the top 53 bits of a random u64, as many as an f64 holds exactly.
 pub fn random_f64() -> f64 {
     (random_u64() >> 11) as f64 / (1u64 << 53) as f64

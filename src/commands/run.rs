@@ -121,7 +121,7 @@ fn names_and_command(
         let mut seen = std::collections::HashSet::new();
         let mut names = any;
         names.retain(|n| seen.insert(n.clone()));
-        let start = (crate::sys::random_u64() % names.len() as u64) as usize;
+        let start = crate::sys::random_below(names.len());
         names.rotate_left(start);
         names
     };

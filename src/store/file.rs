@@ -180,14 +180,14 @@ impl FileStore {
             .mode(0o600)
             .open(&lock_path)
             .map_err(|e| io_err("cannot open", &lock_path, e))?;
-        match try_flock(&file) {
+        match flock(&file, false) {
             Ok(true) => return self.0.recover().and_then(|()| f(&self.0)),
             Ok(false) => {}
             Err(e) => return Err(io_err("cannot lock", &lock_path, e)),
         }
         let dir = self.0.clone();
         tokio::task::spawn_blocking(move || {
-            flock(&file).map_err(|e| io_err("cannot lock", &lock_path, e))?;
+            flock(&file, true).map_err(|e| io_err("cannot lock", &lock_path, e))?;
             dir.recover()?;
             f(&dir)
             // The flock goes with `file` when it is dropped here.
@@ -281,31 +281,23 @@ impl Dir {
     }
 }
 
-/// The flock without waiting: Ok(false) when another process holds it.
-fn try_flock(file: &File) -> io::Result<bool> {
+/// The namespace's flock. `wait` false: Ok(false) at once when another process holds it.
+fn flock(file: &File, wait: bool) -> io::Result<bool> {
+    let op = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
     loop {
         // SAFETY: the descriptor is open for the whole call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
             return Ok(true);
         }
         let e = io::Error::last_os_error();
         match e.kind() {
-            io::ErrorKind::WouldBlock => return Ok(false),
+            io::ErrorKind::WouldBlock if !wait => return Ok(false),
             io::ErrorKind::Interrupted => continue,
             _ => return Err(e),
-        }
-    }
-}
-
-fn flock(file: &File) -> io::Result<()> {
-    loop {
-        // SAFETY: the descriptor is open for the whole call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
         }
     }
 }
@@ -552,21 +544,14 @@ mod tests {
             .truncate(false)
             .open(root.path().join("t/.lock"))
             .unwrap();
-        flock(&other).unwrap();
+        flock(&other, true).unwrap();
         // Frees the flock after 3 s whatever happens, so a blocked runtime fails the test
         // below instead of hanging it.
         let freer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(3));
             drop(other);
         });
-        let req = Acquire {
-            names: vec!["x".into()],
-            modes: vec![Mode::Exclusive],
-            token: crate::names::new_token(),
-            ttl: Duration::from_secs(30),
-            meta: "{}".into(),
-            detached: false,
-        };
+        let req = watch::tests::exclusive("x");
         let task = tokio::spawn(async move { store.try_acquire(&req, false).await });
         let t = Instant::now();
         tokio::time::sleep(Duration::from_millis(100)).await;

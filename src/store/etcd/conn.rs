@@ -161,7 +161,7 @@ impl Endpoints {
         }
         // Start on a member that accepts connections, picked at random so that many
         // clients spread over the cluster.
-        let start = up[(crate::sys::random_u64() % up.len() as u64) as usize];
+        let start = up[crate::sys::random_below(up.len())];
         let conn = Endpoints {
             members: urls
                 .into_iter()

@@ -160,13 +160,14 @@ impl Listener for DirWatch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::{Duration, Instant};
 
     use crate::store::file::FileStore;
     use crate::store::{Acquire, Attempt, Mode, Store};
 
-    fn exclusive(name: &str) -> Acquire {
+    /// An exclusive request for `name`, with a fresh token.
+    pub(in crate::store::file) fn exclusive(name: &str) -> Acquire {
         Acquire {
             names: vec![name.into()],
             modes: vec![Mode::Exclusive],
