@@ -22,6 +22,16 @@ extern "C" fn main(
     std::process::exit(dlock::app::main());
 }
 
+/// The one function of the system's libm that dlock's dependencies call (big-number radix
+/// conversion in the MySQL client), defined here so that the linker's `--as-needed` leaves
+/// libm.so out: one shared library fewer for the loader to open, map and relocate at every
+/// start (see build.rs). Pure Rust, from the rust-lang project's port of musl's libm.
+#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
+#[unsafe(no_mangle)]
+extern "C" fn log2(x: f64) -> f64 {
+    libm::log2(x)
+}
+
 #[cfg(not(all(target_os = "linux", target_env = "gnu", not(test))))]
 fn main() {
     std::process::exit(dlock::app::main());
