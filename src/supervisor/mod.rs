@@ -128,7 +128,6 @@ struct Supervised<'a> {
     events: &'a Events,
     lease: Lease,
     fences: Vec<u64>,
-    child: tokio::process::Child,
     pgid: u32,
     dog: watchdog::Watchdog,
     terminal: Option<sys::Foreground>,
@@ -187,7 +186,6 @@ impl<'a> Supervised<'a> {
             fences: lease.grants.iter().map(|g| g.fence).collect(),
             pushed: lease.deadline,
             lease,
-            child: job.child,
             pgid: job.pgid,
             dog: job.dog,
             terminal,
@@ -238,7 +236,6 @@ impl<'a> Supervised<'a> {
             }
             let term_at = health.deadline - self.grace;
             tokio::select! {
-                status = self.child.wait() => return status,
                 sig = signals.recv() => {
                     self.out.debug(&format!("forwarding {} to the command", sys::signal_name(sig)));
                     let _ = sys::kill_group(self.pgid, sig);
@@ -293,18 +290,15 @@ impl<'a> Supervised<'a> {
 
     /// The command has ended: the watchdog said so, or has exited itself.
     fn command_ended(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_))) || self.dog.has_exited()
+        self.dog.has_exited()
     }
 
     /// The command's status: from the watchdog's last word, or from its exit.
     async fn ended(&mut self) -> std::io::Result<ExitStatus> {
-        tokio::select! {
-            status = self.child.wait() => status,
-            event = async { loop {
-                if let watchdog::Event::Exited(status) = self.dog.event().await {
-                    break status;
-                }
-            } } => Ok(ExitStatus::from_raw(event)),
+        loop {
+            if let watchdog::Event::Exited(status) = self.dog.event().await {
+                return Ok(ExitStatus::from_raw(status));
+            }
         }
     }
 

@@ -40,7 +40,7 @@ impl Supervised<'_> {
         };
         // The status may have come from the watchdog's last word: it is exiting; reap it, so
         // that dlock never ends before its watchdog.
-        let _ = self.child.wait().await;
+        self.dog.reap().await;
         drop(self.terminal.take());
         if self.dog.fired() && self.lost.is_none() {
             // dlock could not act in time (it was stopped or starved) and the watchdog

@@ -1,18 +1,16 @@
 //! Starting the job in two steps, so that no fork is left between the grant and the command.
 //!
-//! `prepare`, before the lock is asked for: one `Command::spawn` forks the watchdog (a child
-//! subreaper in a group of its own). Its pre-exec hook never returns: the watchdog closes
-//! dlock's own descriptors (so `spawn` returns at once) and waits. `start`, once the lease is
-//! granted: dlock sends the deadline and the lease's variables, and the watchdog starts the
-//! command (see `exec`), which puts itself in a new process group and takes the terminal if
-//! dlock had it. dlock's `Child` is the watchdog, whose status is the command's; the
-//! watchdog also reports that status before it exits, and dlock releases on that word.
+//! `prepare`, before the lock is asked for: a plain fork makes the watchdog (a child subreaper
+//! in a group of its own), which closes dlock's own descriptors and waits. dlock goes on at
+//! once: unlike `Command::spawn`, nothing waits for the child to be scheduled and report an
+//! exec that never comes. `start`, once the lease is granted: dlock sends the deadline and the
+//! lease's variables, and the watchdog starts the command (see `exec`), which puts itself in a
+//! new process group and takes the terminal if dlock had it. The watchdog's status is the
+//! command's; it also reports that status before it exits, and dlock releases on that word.
 
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
-
-use tokio::process::Command;
 
 use super::exec::Launch;
 use super::keeper;
@@ -32,17 +30,15 @@ pub const LEASE_VARS: [&str; super::exec::VARS] = [
 
 /// A watchdog forked and waiting to start the command.
 pub struct Prepared {
-    child: tokio::process::Child,
     dog: Watchdog,
     command: Vec<OsString>,
     found: bool,
     room: usize,
 }
 
-/// A started job: the watchdog (dlock's child, whose status is the command's), the command's
-/// process group, and dlock's end of the watchdog's pipes.
+/// A started job: the command's process group, and dlock's end of the watchdog (dlock's
+/// child, whose status is the command's).
 pub struct Job {
-    pub child: tokio::process::Child,
     pub pgid: u32,
     pub dog: Watchdog,
 }
@@ -73,18 +69,24 @@ pub fn prepare(
         margin: margin.as_nanos() as u64,
         launch,
     };
-    // The program std is given is never run: the hook does not return.
-    let mut cmd = Command::new("/proc/self/exe");
-    // SAFETY: the hook runs in the forked child of a multithreaded process and makes only
-    // raw, async-signal-safe syscalls (see `become_watchdog`).
-    unsafe { cmd.pre_exec(move || become_watchdog(setup)) };
-    let spawned = cmd.spawn();
+    // SAFETY: the child of a process that may have other threads makes only raw,
+    // async-signal-safe syscalls (see `become_watchdog`) and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: in the forked child, as above.
+        unsafe { become_watchdog(setup) }
+    }
+    let forked = if pid < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(pid)
+    };
     // SAFETY: the pointer came from Box::into_raw; the watchdog has its own copy.
     drop(unsafe { Box::from_raw(launch) });
-    let child = spawned.map_err(cannot)?;
-    let dog = pipes.into_watchdog().map_err(cannot)?;
+    let dog = pipes
+        .into_watchdog(forked.map_err(cannot)?)
+        .map_err(cannot)?;
     Ok(Prepared {
-        child,
         dog,
         command: command.to_vec(),
         found,
@@ -93,12 +95,18 @@ pub fn prepare(
 }
 
 /// In dlock's forked child: become the watchdog. Never returns.
-fn become_watchdog(setup: keeper::Setup) -> std::io::Result<()> {
+unsafe fn become_watchdog(setup: keeper::Setup) -> ! {
     // SAFETY: raw syscalls; keeper::run never returns.
     unsafe {
+        // Nothing blocked that dlock's threads may have blocked (the watchdog blocks SIGCHLD
+        // itself), as a spawned child starts.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         libc::setpgid(0, 0);
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) != 0 {
-            return Err(std::io::Error::last_os_error());
+            // A kernel before 3.4: dlock hears the watchdog ended before the command started.
+            libc::_exit(126);
         }
         keeper::run(setup)
     }
@@ -126,7 +134,6 @@ impl Prepared {
             .map_err(lost)?;
         match self.dog.started().await.map_err(lost)? {
             Ok(pgid) => Ok(Job {
-                child: self.child,
                 pgid,
                 dog: self.dog,
             }),

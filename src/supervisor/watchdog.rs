@@ -45,12 +45,17 @@ pub const FOREGROUND: u64 = 1 << 32;
 pub enum Event {
     /// The command was stopped (Ctrl-Z, SIGSTOP).
     Stopped,
-    /// The command has ended, with this wait status; the watchdog is exiting.
+    /// The command has ended, with this wait status (the watchdog's last word, or the
+    /// watchdog's own status, which is the command's, when it ended without one).
     Exited(i32),
 }
 
 /// dlock's end of the watchdog.
 pub struct Watchdog {
+    /// The watchdog's pid; dlock's child, to be reaped once (`reaped`).
+    pid: libc::pid_t,
+    /// Its wait status, once reaped.
+    reaped: Option<i32>,
     /// Write end of the pipe the deadlines go through; closing it tells the watchdog dlock
     /// let go of the command.
     orders: OwnedFd,
@@ -87,8 +92,8 @@ impl Pipes {
         })
     }
 
-    /// dlock's end, once the watchdog and the command have been forked.
-    pub fn into_watchdog(self) -> io::Result<Watchdog> {
+    /// dlock's end, once the watchdog (`pid`) has been forked.
+    pub fn into_watchdog(self, pid: libc::pid_t) -> io::Result<Watchdog> {
         let (_, orders) = self.orders;
         let (reports, _) = self.reports;
         // SAFETY: fcntl on a descriptor we own.
@@ -97,6 +102,8 @@ impl Pipes {
             libc::fcntl(reports.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
         }
         Ok(Watchdog {
+            pid,
+            reaped: None,
             orders,
             // SAFETY: the descriptor is ours alone and lives as long as the AsyncFd.
             reports: unsafe { AsyncFd::register_with_interest(reports, Interest::READABLE)? },
@@ -198,9 +205,8 @@ impl Watchdog {
         }
     }
 
-    /// The next thing the watchdog reports: the command stopped (Ctrl-Z), or ended. Pending
-    /// for ever once the watchdog is gone without a word (dlock then learns of the end by
-    /// waiting for it). Cancel-safe.
+    /// The next thing the watchdog reports: the command stopped (Ctrl-Z), or ended. A
+    /// watchdog gone without a word (killed) is reaped, and its status is the end. Cancel-safe.
     pub async fn event(&mut self) -> Event {
         loop {
             // Read by `fired` or `started` in passing.
@@ -212,15 +218,66 @@ impl Watchdog {
             }
             match self.next().await {
                 Some(m) => self.note(m),
-                None => return std::future::pending().await,
+                None => {
+                    let status = self.wait_exit();
+                    self.exited = Some(status);
+                }
             }
         }
     }
 
-    /// The command's end, if the watchdog has reported it (messages read so far).
+    /// The command's end: the watchdog reported it, or has exited (messages read so far).
     pub fn has_exited(&mut self) -> bool {
         self.drain();
+        if self.exited.is_none() && self.try_reap() {
+            self.drain();
+            if self.exited.is_none() {
+                self.exited = self.reaped;
+            }
+        }
         self.exited.is_some()
+    }
+
+    /// Wait until the watchdog has exited and reap it, so that dlock never ends before it.
+    /// Its report pipe ends first (see the module's note).
+    pub async fn reap(&mut self) {
+        while self.reaped.is_none() {
+            match self.next().await {
+                Some(m) => self.note(m),
+                None => {
+                    self.wait_exit();
+                }
+            }
+        }
+    }
+
+    /// Reap the watchdog if it has exited; true once reaped.
+    fn try_reap(&mut self) -> bool {
+        if self.reaped.is_none() {
+            let mut w: libc::c_int = 0;
+            // SAFETY: waitpid on our own child with a valid status pointer.
+            if unsafe { libc::waitpid(self.pid, &mut w, libc::WNOHANG) } == self.pid {
+                self.reaped = Some(w);
+            }
+        }
+        self.reaped.is_some()
+    }
+
+    /// The watchdog's wait status, once its report pipe has ended: it has closed its files and
+    /// is a moment from being a zombie, so the wait blocks for no longer than that.
+    fn wait_exit(&mut self) -> i32 {
+        while self.reaped.is_none() {
+            let mut w: libc::c_int = 0;
+            // SAFETY: waitpid on our own child with a valid status pointer.
+            let r = unsafe { libc::waitpid(self.pid, &mut w, 0) };
+            if r == self.pid {
+                self.reaped = Some(w);
+            } else if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                // Not ours to wait for any more (reaped elsewhere): nothing is left to wait for.
+                self.reaped = Some(0);
+            }
+        }
+        self.reaped.unwrap_or(0)
     }
 
     /// Note every message already in the pipe.

@@ -169,6 +169,35 @@ fn a_run_killed_while_it_waits_leaves_no_process_behind() {
     assert_code(&o, 0);
 }
 
+/// A watchdog killed from outside (the OOM killer, a careless `kill -9`) ends the run without
+/// a last word: dlock hears its report pipe end, reaps it, ends with its status and releases;
+/// the command, whose parent it was, goes with it.
+#[test]
+fn a_killed_watchdog_ends_the_run_and_frees_the_lock() {
+    let env = Env::file();
+    let pidfile = env.path("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let mut dlock = env.spawn_run(&["job"], &script);
+    assert!(wait_for(Duration::from_secs(10), || !read(&pidfile)
+        .trim()
+        .is_empty()));
+    let command: u32 = read(&pidfile).trim().parse().expect("the command's pid");
+    let watchdog = children_of(dlock.id());
+    assert_eq!(
+        watchdog.len(),
+        1,
+        "dlock's one child is its watchdog: {watchdog:?}"
+    );
+    signal(watchdog[0], libc::SIGKILL);
+    let status = wait_child(&mut dlock, Duration::from_secs(10)).expect("dlock exits");
+    assert_eq!(status.code(), Some(128 + libc::SIGKILL), "{status:?}");
+    assert!(
+        wait_for(Duration::from_secs(2), || !running(command)),
+        "the command ran on"
+    );
+    assert_code(&env.run(&["lock", "job", "-n"]), 0);
+}
+
 #[test]
 fn sigterm_to_dlock_reaches_the_child_and_its_code_comes_back() {
     let env = Env::file();
