@@ -3,7 +3,7 @@
 //!
 //! dlock builds everything the exec needs while it may still allocate (`Launch::new`): the
 //! program's path, its argv, the environment without the lease's variables, room for those,
-//! the descriptors the command inherits, and a stack. The watchdog, a forked copy, holds that
+//! and a stack. The watchdog, a forked copy, holds that
 //! memory and waits for word (`await_start`): the deadline and the lease's variables. It then
 //! starts the command with a vfork-style clone (`launch`): the child shares the watchdog's
 //! memory until its exec, so no page table is copied, and the watchdog resumes only once the
@@ -16,6 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use libc::{c_char, c_int, c_void, pid_t};
 
 use super::signals::FORWARDED;
+use super::tree;
 
 /// The signals the watchdog ignores (a stop aimed at a group must not stop it, and the job's
 /// signals are dlock's to forward), besides the forwarded ones.
@@ -41,9 +42,8 @@ pub struct Launch {
     /// Where the lease's variables arrive (NUL-separated); sized for the longest lease.
     vars: Vec<u8>,
     stack: Vec<u8>,
-    /// Descriptors the watchdog keeps until the command started, sorted: 0-2, those dlock's
-    /// caller passed on (the command inherits them), and the watchdog's two pipe ends.
-    keep: Vec<c_int>,
+    /// The watchdog's two pipe ends, which it keeps besides what the command inherits.
+    pipes: [c_int; 2],
     /// Filled in the watchdog: the dispositions to give back to the command.
     saved: [libc::sigaction; INHERITED.len()],
     foreground: bool,
@@ -86,11 +86,6 @@ impl Launch {
         let mut envp: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
         let inherited_env = envp.len();
         envp.resize(inherited_env + VARS + 1, std::ptr::null());
-        let mut keep = inherited_fds();
-        keep.extend([0, 1, 2]);
-        keep.extend(pipes);
-        keep.sort_unstable();
-        keep.dedup();
         Launch {
             path,
             _args: args,
@@ -101,7 +96,7 @@ impl Launch {
             inherited_env,
             vars: vec![0; room],
             stack: vec![0; STACK],
-            keep,
+            pipes,
             // SAFETY: sigaction is plain data; all zeroes is a valid value.
             saved: unsafe { std::mem::zeroed() },
             foreground: false,
@@ -120,21 +115,56 @@ fn cstring(b: &[u8]) -> CString {
     CString::new(b).unwrap_or_default()
 }
 
-/// The descriptors above 2 that dlock's caller passed on (not close-on-exec): the command
-/// inherits them, as from any program. dlock's own are all close-on-exec.
-fn inherited_fds() -> Vec<c_int> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<c_int>().ok())
-        .filter(|&fd| fd > 2)
-        .filter(|&fd| {
-            // SAFETY: F_GETFD only reads the descriptor's flags (read_dir's own descriptor,
-            // open while it lists, is close-on-exec and so left out).
-            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-            flags >= 0 && flags & libc::FD_CLOEXEC == 0
-        })
-        .collect()
+/// In the watchdog: close dlock's own descriptors (a connection, a file store's lock) but the
+/// watchdog's `pipes`. dlock's own are all close-on-exec; those dlock's caller passed on are
+/// not, and the command inherits them as from any program. Found here, in the watchdog, by
+/// raw syscalls, while dlock goes on to ask for the lock.
+unsafe fn close_own(pipes: [c_int; 2]) {
+    // SAFETY: open/getdents64/fcntl/close with a stack buffer.
+    unsafe {
+        let own = |fd: c_int| {
+            fd > 2 && !pipes.contains(&fd) && {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                flags >= 0 && flags & libc::FD_CLOEXEC != 0
+            }
+        };
+        let dir = libc::open(
+            c"/proc/self/fd".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            // No /proc: the descriptors a caller plausibly passes on, one by one.
+            for fd in 3..4096 {
+                if own(fd) {
+                    libc::close(fd);
+                }
+            }
+            return;
+        }
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            let mut at = 0usize;
+            while at + 19 < n as usize {
+                // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name NUL-ended.
+                let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+                let name = &buf[at + 19..(at + reclen).min(n as usize)];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                at += reclen.max(1);
+                // The listing goes by descriptor number: closing one listed already is safe.
+                if let Some(fd) = tree::number(name).and_then(|n| c_int::try_from(n).ok())
+                    && fd != dir
+                    && own(fd)
+                {
+                    libc::close(fd);
+                }
+            }
+        }
+        libc::close(dir);
+    }
 }
 
 /// Close every descriptor but those in `keep` (sorted).
@@ -173,7 +203,7 @@ pub unsafe fn arm(launch: *mut Launch) {
     // SAFETY: the watchdog's own copy of the launch; raw syscalls only.
     unsafe {
         let l = &mut *launch;
-        close_except(&l.keep);
+        close_own(l.pipes);
         for (i, &s) in INHERITED.iter().enumerate() {
             libc::sigaction(s, std::ptr::null(), &mut l.saved[i]);
         }

@@ -18,7 +18,7 @@ struct Stat {
 }
 
 /// Parse a decimal number; None for anything else (a `/proc` entry that is not a process).
-fn number(s: &[u8]) -> Option<i64> {
+pub(super) fn number(s: &[u8]) -> Option<i64> {
     if s.is_empty() || s.len() > 18 {
         return None;
     }

@@ -169,6 +169,69 @@ fn a_run_killed_while_it_waits_leaves_no_process_behind() {
     assert_code(&o, 0);
 }
 
+/// The watchdog, forked before the wait, holds none of dlock's own descriptors while dlock
+/// waits (its runtime's, its store's: a file store's lock would outlive dlock in it), but
+/// keeps those the caller passed on (`3>file`) for the command.
+#[test]
+fn the_waiting_watchdog_keeps_what_the_command_inherits_and_nothing_of_dlocks() {
+    let env = Env::file();
+    let held = env.run(&["lock", "job", "--ttl", "30s"]);
+    assert_code(&held, 0);
+    let passed = env.path("fd3.txt");
+    let mut c = env.cmd();
+    c.args([
+        "run",
+        "job",
+        "-w",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        "echo through-3 >&3",
+    ]);
+    let file = std::fs::File::create(&passed).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: dup2 and fcntl in the forked child before exec; async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            if libc::dup2(fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let waiter = c.spawn().unwrap();
+    let links = || -> Vec<String> {
+        let Some(&watchdog) = children_of(waiter.id()).first() else {
+            return Vec::new();
+        };
+        std::fs::read_dir(format!("/proc/{watchdog}/fd"))
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .map(|l| l.display().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // dlock's runtime has both at any time; the watchdog, once armed, neither.
+    let runtime = |l: &String| l.contains("eventpoll") || l.contains("eventfd");
+    let mut seen = Vec::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            seen = links();
+            !seen.is_empty() && !seen.iter().any(runtime)
+        }),
+        "dlock's runtime in the watchdog: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|l| l.ends_with("fd3.txt")),
+        "the passed file: {seen:?}"
+    );
+    assert_code(&env.run(&["unlock", "job", "--token", &stdout(&held)]), 0);
+    assert_code(&finish(waiter, Duration::from_secs(30)), 0);
+    assert_eq!(read(&passed).trim(), "through-3");
+}
+
 /// A watchdog killed from outside (the OOM killer, a careless `kill -9`) ends the run without
 /// a last word: dlock hears its report pipe end, reaps it, ends with its status and releases;
 /// the command, whose parent it was, goes with it.
