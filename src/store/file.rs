@@ -195,6 +195,14 @@ impl FileStore {
         .await
         .map_err(|e| StoreError::protocol(format!("file store task failed: {e}")))?
     }
+
+    /// After a release: wake the waiters on the names it changed, once the namespace's flock
+    /// is let go. Woken under it, the first of them would find the flock still held and wait
+    /// for it on a blocking thread, started for the purpose.
+    fn woken(&self, any: bool, changed: Vec<String>) -> bool {
+        self.0.wake(changed.iter().map(String::as_str));
+        any
+    }
 }
 
 impl Dir {
@@ -437,10 +445,10 @@ impl Store for FileStore {
                 }
             }
             fs.commit(&changed)?;
-            fs.wake(changed.iter().map(|(n, _)| n.as_str()));
-            Ok(any)
+            Ok((any, changed.into_iter().map(|(n, _)| n).collect()))
         })
         .await
+        .map(|(any, changed)| self.woken(any, changed))
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
@@ -461,10 +469,10 @@ impl Store for FileStore {
                 }
             }
             fs.commit(&changed)?;
-            fs.wake(changed.iter().map(|(n, _)| n.as_str()));
-            Ok(any)
+            Ok((any, changed.into_iter().map(|(n, _)| n).collect()))
         })
         .await
+        .map(|(any, changed)| self.woken(any, changed))
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {

@@ -196,9 +196,9 @@ unsafe fn close_range(first: u32, last: u32) {
     }
 }
 
-/// In the watchdog, before it waits: close dlock's own descriptors (a file store's lock, a
-/// connection; std's spawn then returns) but what the command inherits, and ignore the job's
-/// signals, keeping what the command is to get back.
+/// In the watchdog, before it waits: close dlock's own descriptors (a connection, the other
+/// ends of its pipes: dlock's going must reach it as an end of file) but what the command
+/// inherits, and ignore the job's signals, keeping what the command is to get back.
 pub unsafe fn arm(launch: *mut Launch) {
     // SAFETY: the watchdog's own copy of the launch; raw syscalls only.
     unsafe {
