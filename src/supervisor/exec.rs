@@ -120,7 +120,7 @@ fn cstring(b: &[u8]) -> CString {
 /// not, and the command inherits them as from any program. Found here, in the watchdog, by
 /// raw syscalls, while dlock goes on to ask for the lock.
 unsafe fn close_own(pipes: [c_int; 2]) {
-    // SAFETY: open/getdents64/fcntl/close with a stack buffer.
+    // SAFETY: /proc read by raw syscalls; fcntl and close take no pointers.
     unsafe {
         let own = |fd: c_int| {
             fd > 2 && !pipes.contains(&fd) && {
@@ -128,42 +128,23 @@ unsafe fn close_own(pipes: [c_int; 2]) {
                 flags >= 0 && flags & libc::FD_CLOEXEC != 0
             }
         };
-        let dir = libc::open(
-            c"/proc/self/fd".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        );
-        if dir < 0 {
+        // The listing goes by descriptor number: closing one listed already is safe.
+        let listed = tree::each_number(c"/proc/self/fd", |fd, dir| {
+            if let Ok(fd) = c_int::try_from(fd)
+                && fd != dir
+                && own(fd)
+            {
+                libc::close(fd);
+            }
+        });
+        if !listed {
             // No /proc: the descriptors a caller plausibly passes on, one by one.
             for fd in 3..4096 {
                 if own(fd) {
                     libc::close(fd);
                 }
             }
-            return;
         }
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len());
-            if n <= 0 {
-                break;
-            }
-            let mut at = 0usize;
-            while at + 19 < n as usize {
-                // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name NUL-ended.
-                let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
-                let name = &buf[at + 19..(at + reclen).min(n as usize)];
-                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-                at += reclen.max(1);
-                // The listing goes by descriptor number: closing one listed already is safe.
-                if let Some(fd) = tree::number(name).and_then(|n| c_int::try_from(n).ok())
-                    && fd != dir
-                    && own(fd)
-                {
-                    libc::close(fd);
-                }
-            }
-        }
-        libc::close(dir);
     }
 }
 

@@ -18,7 +18,7 @@ struct Stat {
 }
 
 /// Parse a decimal number; None for anything else (a `/proc` entry that is not a process).
-pub(super) fn number(s: &[u8]) -> Option<i64> {
+fn number(s: &[u8]) -> Option<i64> {
     if s.is_empty() || s.len() > 18 {
         return None;
     }
@@ -105,19 +105,18 @@ unsafe fn descends(mut ppid: pid_t, root: pid_t) -> bool {
     false
 }
 
-/// Send `sig` to every descendant of `root` (the calling watchdog) except the members of group
-/// `skip` (0: none), with SIGCONT after it to a stopped one (a stopped process acts on SIGTERM
-/// only once continued). Returns how many were signalled.
-pub unsafe fn signal_all(root: pid_t, sig: c_int, skip: pid_t) -> usize {
-    let mut count = 0;
-    // SAFETY: open/getdents64/close with a stack buffer; kill takes no pointers.
+/// Call `f` with each entry of the directory `path` named by a decimal number (a process in
+/// /proc, a descriptor in /proc/self/fd) and the directory's own descriptor, by raw syscalls
+/// on a stack buffer. False if the directory cannot be opened.
+pub(super) unsafe fn each_number(path: &std::ffi::CStr, mut f: impl FnMut(i64, c_int)) -> bool {
+    // SAFETY: open/getdents64/close with a stack buffer.
     unsafe {
         let dir = libc::open(
-            c"/proc".as_ptr(),
+            path.as_ptr(),
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
         );
         if dir < 0 {
-            return 0;
+            return false;
         }
         let mut buf = [0u8; 8192];
         loop {
@@ -125,30 +124,46 @@ pub unsafe fn signal_all(root: pid_t, sig: c_int, skip: pid_t) -> usize {
             if n <= 0 {
                 break;
             }
+            let n = n as usize;
             let mut at = 0usize;
-            while at + 19 < n as usize {
+            while at + 19 < n {
                 // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name NUL-ended.
                 let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
-                let name = &buf[at + 19..at + reclen];
+                let name = &buf[at + 19..(at + reclen).min(n)];
                 let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
                 at += reclen.max(1);
-                let Some(pid) = number(name) else { continue };
-                let pid = pid as pid_t;
-                if pid == root {
-                    continue;
+                if let Some(number) = number(name) {
+                    f(number, dir);
                 }
-                let Some(s) = stat(pid) else { continue };
-                if (skip != 0 && s.pgid == skip) || !descends(s.ppid, root) {
-                    continue;
-                }
-                libc::kill(pid, sig);
-                if s.stopped && sig != libc::SIGKILL {
-                    libc::kill(pid, libc::SIGCONT);
-                }
-                count += 1;
             }
         }
         libc::close(dir);
+        true
+    }
+}
+
+/// Send `sig` to every descendant of `root` (the calling watchdog) except the members of group
+/// `skip` (0: none), with SIGCONT after it to a stopped one (a stopped process acts on SIGTERM
+/// only once continued). Returns how many were signalled.
+pub unsafe fn signal_all(root: pid_t, sig: c_int, skip: pid_t) -> usize {
+    let mut count = 0;
+    // SAFETY: /proc read by raw syscalls; kill takes no pointers.
+    unsafe {
+        each_number(c"/proc", |pid, _| {
+            let pid = pid as pid_t;
+            if pid == root {
+                return;
+            }
+            let Some(s) = stat(pid) else { return };
+            if (skip != 0 && s.pgid == skip) || !descends(s.ppid, root) {
+                return;
+            }
+            libc::kill(pid, sig);
+            if s.stopped && sig != libc::SIGKILL {
+                libc::kill(pid, libc::SIGCONT);
+            }
+            count += 1;
+        });
     }
     count
 }

@@ -120,6 +120,24 @@ fn a_script_without_an_interpreter_line_runs_under_sh() {
     assert_eq!(stdout(&o), "plain word");
 }
 
+/// Give dlock a new file `path` as its descriptor 3, not close-on-exec (`3>path`); the file is
+/// kept open by the caller while it needs it.
+fn pass_as_fd3(c: &mut std::process::Command, path: &std::path::Path) -> std::fs::File {
+    let file = std::fs::File::create(path).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: dup2 and fcntl in the forked child before exec; async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(c, move || {
+            // dup2 onto itself keeps close-on-exec: clear it either way.
+            if libc::dup2(fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    file
+}
+
 /// A descriptor the caller opened for the job (`3>file`) reaches the command, as through any
 /// program (the watchdog, forked before the wait, keeps it for the command).
 #[test]
@@ -128,18 +146,7 @@ fn descriptors_the_caller_passes_on_reach_the_command() {
     let out = env.path("fd3.txt");
     let mut c = env.cmd();
     c.args(["run", "job", "--", "sh", "-c", "echo through-3 >&3"]);
-    let file = std::fs::File::create(&out).unwrap();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-    // SAFETY: dup2 and fcntl in the forked child before exec; async-signal-safe.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
-            // dup2 onto itself keeps close-on-exec: clear it either way.
-            if libc::dup2(fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let _file = pass_as_fd3(&mut c, &out);
     let o = output_within(c, Duration::from_secs(30));
     assert_code(&o, 0);
     assert_eq!(read(&out).trim(), "through-3");
@@ -189,17 +196,7 @@ fn the_waiting_watchdog_keeps_what_the_command_inherits_and_nothing_of_dlocks() 
         "-c",
         "echo through-3 >&3",
     ]);
-    let file = std::fs::File::create(&passed).unwrap();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-    // SAFETY: dup2 and fcntl in the forked child before exec; async-signal-safe.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
-            if libc::dup2(fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let _file = pass_as_fd3(&mut c, &passed);
     let waiter = c.spawn().unwrap();
     let links = || -> Vec<String> {
         let Some(&watchdog) = children_of(waiter.id()).first() else {
