@@ -3,12 +3,12 @@
 //!
 //! dlock builds everything the exec needs while it may still allocate (`Launch::new`): the
 //! program's path, its argv, the environment without the lease's variables, room for those,
-//! and a stack. The watchdog, a forked copy, holds that
-//! memory and waits for word (`await_start`): the deadline and the lease's variables. It then
-//! starts the command with a vfork-style clone (`launch`): the child shares the watchdog's
-//! memory until its exec, so no page table is copied, and the watchdog resumes only once the
-//! exec succeeded or failed, which it reports to dlock. Only raw syscalls and the prepared
-//! buffers are used after the fork, as in `keeper`.
+//! and a stack. The watchdog, a forked copy, holds that memory and waits for word
+//! (`await_start`): the deadline and the lease's variables. It then starts the command with a
+//! vfork-style clone (`launch`): the child shares the watchdog's memory until its exec, so no
+//! page table is copied, and the watchdog resumes only once the exec succeeded or failed,
+//! which it reports to dlock. Only raw syscalls and the prepared buffers are used after the
+//! fork, as in `keeper`.
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -115,7 +115,7 @@ fn cstring(b: &[u8]) -> CString {
     CString::new(b).unwrap_or_default()
 }
 
-/// In the watchdog: close dlock's own descriptors (a connection, a file store's lock) but the
+/// In the watchdog: close dlock's own descriptors (its runtime's, a store's connection) but the
 /// watchdog's `pipes`. dlock's own are all close-on-exec; those dlock's caller passed on are
 /// not, and the command inherits them as from any program. Found here, in the watchdog, by
 /// raw syscalls, while dlock goes on to ask for the lock.
