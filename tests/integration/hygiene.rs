@@ -18,6 +18,61 @@ fn scripts_test_reports_every_failure() {
     assert!(run.contains("--no-fail-fast"), "{run}");
 }
 
+/// A CI page that shows only the log's tail still shows what failed: the checker runs first,
+/// and its details are long gone from the tail by the end. A stand-in `cargo` on PATH fails
+/// the way the real one does (the checker's report, then hundreds of lines of passing tests).
+#[test]
+fn scripts_test_repeats_what_failed_at_the_end() {
+    let dir = crate::common::temp_dir();
+    let cargo = dir.path().join("cargo");
+    // In cargo's order: the checker's report, the integration tests (one failing among
+    // hundreds), libtest's account of the failure, cargo's summary.
+    let mut body = String::from(
+        "#!/bin/sh\n\
+         echo 'checker: setup=file sections=9 overlaps=1 FAILED'\n\
+         echo '  file: overlap: c1 and c2' >&2\n",
+    );
+    for i in 0..500 {
+        body.push_str(&format!("echo 'test t{i} ... ok'\n"));
+    }
+    body.push_str(
+        "echo 'test a::b ... FAILED'\n\
+         echo 'failures:'\n\
+         echo '---- a::b stdout ----'\n\
+         echo \"thread 'a::b' panicked at tests/a.rs:1:1:\"\n\
+         echo 'the holder was never told'\n\
+         echo 'error: 2 targets failed:' >&2\n",
+    );
+    body.push_str("exit 101\n");
+    std::fs::write(&cargo, body).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    // With an argument, scripts/test runs cargo test alone (no package check).
+    let out =
+        std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test"))
+            .arg("--test=checker")
+            .env("PATH", path)
+            .output()
+            .unwrap();
+    assert_eq!(out.status.code(), Some(101), "cargo's status comes back");
+    let all = String::from_utf8_lossy(&out.stdout);
+    let tail: Vec<&str> = all.lines().rev().take(12).collect();
+    for want in [
+        "checker: setup=file sections=9 overlaps=1 FAILED",
+        "  file: overlap: c1 and c2",
+        "---- a::b stdout ----",
+        "the holder was never told",
+    ] {
+        assert!(tail.contains(&want), "{want:?} not in the tail: {tail:#?}");
+    }
+    assert!(!tail.iter().any(|l| l.contains("... ok")), "{tail:#?}");
+}
+
 #[test]
 fn scripts_check_deb_packages_the_release_build_where_cargo_puts_it() {
     let script = repo("scripts/check-deb");
