@@ -1243,6 +1243,16 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             }
         })
     };
+    // A panic below (a fault's fixture) must not leave the clients and the watcher looping
+    // against servers that are gone while the other setups run.
+    struct Stop(Arc<Run>, Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.done.store(true, Ordering::SeqCst);
+            self.1.store(false, Ordering::SeqCst);
+        }
+    }
+    let _stop = Stop(run.clone(), watching.clone());
     let clients: Vec<_> = (0..run.cfg.clients)
         .map(|i| {
             let run = run.clone();
@@ -1515,7 +1525,7 @@ fn main() {
         for _ in 0..cfg.jobs.max(1) {
             s.spawn(|| {
                 while let Some(name) = { queue.lock().unwrap().next() } {
-                    let (line, ok) = run_setup(name, cfg_clone(&cfg), &[]);
+                    let (line, ok) = guarded(name, || run_setup(name, cfg_clone(&cfg), &[]));
                     println!("checker: {line}{}", if ok { "" } else { " FAILED" });
                     oks.lock().unwrap().push(ok);
                 }
@@ -1524,7 +1534,7 @@ fn main() {
     });
     let mut oks = oks.into_inner().unwrap();
     if filters.is_empty() || filters.iter().any(|f| "sharded".contains(f.as_str())) {
-        let (line, ok) = sharded::run(cfg.clients, cfg.sections);
+        let (line, ok) = guarded("sharded", || sharded::run(cfg.clients, cfg.sections));
         println!("checker: {line}{}", if ok { "" } else { " FAILED" });
         oks.push(ok);
     }
@@ -1533,6 +1543,24 @@ fn main() {
     println!("{passed} passed, {failed} failed");
     if failed > 0 {
         std::process::exit(1);
+    }
+}
+
+/// One setup run so that its panic (a server that did not come up, a client's assertion) is
+/// its own failed line, with the message, and the other setups still run: a panic out of
+/// the scope ended the whole checker with "a scoped thread panicked" and no line at all.
+fn guarded(name: &str, f: impl FnOnce() -> (String, bool)) -> (String, bool) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(done) => done,
+        Err(e) => {
+            let said = e
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| e.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            // One line: the message may span several.
+            (format!("setup={name} panicked: {:?}", said), false)
+        }
     }
 }
 
