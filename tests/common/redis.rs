@@ -24,25 +24,40 @@ impl RedisServer {
         // A cluster node also listens on its port + 10000 (the cluster bus), so it needs a
         // port of 55535 or less with that one free too.
         let cluster = extra.contains(&"--cluster-enabled");
-        let port = loop {
-            let p = free_port();
-            if !cluster
-                || (p <= 55535 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok())
-            {
-                break p;
+        let mut tries = 0;
+        loop {
+            let port = loop {
+                let p = free_port();
+                if !cluster
+                    || (p <= 55535 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok())
+                {
+                    break p;
+                }
+            };
+            let mut s = RedisServer {
+                port,
+                dir: temp_dir(),
+                child: None,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            // A port free when tested may be taken before the server binds it, by another
+            // test process walking the same ports: the server then exits at once, and a
+            // new port is the fix. A server that keeps running and never answers is a failure.
+            tries += 1;
+            if s.try_boot() || tries == 5 {
+                s.up();
+                return s;
             }
-        };
-        let mut s = RedisServer {
-            port,
-            dir: temp_dir(),
-            child: None,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        s.boot();
-        s
+        }
     }
 
     fn boot(&mut self) {
+        self.try_boot();
+        self.up();
+    }
+
+    /// Start the server; false if it exited at once (its port taken).
+    fn try_boot(&mut self) -> bool {
         let bin = require("redis-server", "redis-server");
         let child = Command::new(bin)
             .args([
@@ -62,10 +77,20 @@ impl RedisServer {
             .expect("start redis-server");
         self.child = Some(child);
         let port = self.port;
-        assert!(
-            wait_for(Duration::from_secs(10), || ping(port)),
-            "redis-server on port {port} did not come up"
-        );
+        let pid = self.pid();
+        let mut exited = false;
+        wait_for(Duration::from_secs(10), || {
+            exited = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(Some(_))));
+            // Another process's server on the port answers too: it must be ours.
+            exited || (ping(port) && server_pid(port).is_none_or(|p| p == pid))
+        });
+        !exited
+    }
+
+    /// Assert the server answers.
+    fn up(&self) {
+        let port = self.port;
+        assert!(ping(port), "redis-server on port {port} did not come up");
     }
 
     pub fn url(&self) -> String {
@@ -131,6 +156,18 @@ impl RedisServer {
         keys.sort();
         keys
     }
+}
+
+/// The pid the server on `port` gives in INFO; None where it does not say (a password).
+fn server_pid(port: u16) -> Option<u32> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"INFO server\r\n").ok()?;
+    BufReader::new(s)
+        .lines()
+        .map_while(Result::ok)
+        .take(40)
+        .find_map(|l| l.strip_prefix("process_id:")?.trim().parse().ok())
 }
 
 fn ping(port: u16) -> bool {
