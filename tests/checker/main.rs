@@ -354,6 +354,17 @@ struct Setup {
 }
 
 impl Setup {
+    /// How late past its ttl the store itself may end a dead holder's lease: etcd's lessor
+    /// looks for expired leases every 500 ms, and ZooKeeper expires sessions on tickTime
+    /// (500 ms here) boundaries, a closeSession written through the ensemble. The others
+    /// judge expiry on each request by the server's clock.
+    fn expiry_grain(&self) -> Duration {
+        match self.stores {
+            Stores::Etcd(_) | Stores::Zk(_) => Duration::from_millis(500),
+            _ => Duration::ZERO,
+        }
+    }
+
     fn new(name: &'static str) -> Setup {
         use Fault::*;
         let redis = |n: usize| -> Vec<RedisServer> {
@@ -1050,6 +1061,7 @@ fn check(
     faults: &[Injected],
     spans: &[(u64, u64)],
     ttl: Duration,
+    grain: Duration,
     beyond: &[Fault],
     alone: bool,
 ) -> Summary {
@@ -1198,7 +1210,7 @@ fn check(
         if !f.fault.cuts_majority() {
             s.max_gap_ms = s.max_gap_ms.max(gap);
         }
-        let due = slack::due(ttl, slack, f.fault.cuts_majority(), after_store);
+        let due = slack::due(ttl, grain, slack, f.fault.cuts_majority(), after_store);
         if Duration::from_millis(gap) > due {
             s.stuck += 1;
             s.details.push(format!(
@@ -1319,7 +1331,8 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
             Stores::Redis(s) => s.len() == 1,
             _ => false,
         };
-        let summary = check(&r, &injected, &spans, run.cfg.ttl, beyond, alone);
+        let grain = setup.expiry_grain();
+        let summary = check(&r, &injected, &spans, run.cfg.ttl, grain, beyond, alone);
         (summary, stalls)
     };
     let early = server_life::early_unavailable(&run.tally.runs, &injected, &spans, &setup);
