@@ -44,15 +44,23 @@ impl RedisServer {
             // test process walking the same ports: the server then exits at once, and a
             // new port is the fix. A server that keeps running and never answers is a failure.
             tries += 1;
-            if s.try_boot() || tries == 5 {
+            if s.try_boot() {
                 s.up();
                 return s;
             }
+            assert!(
+                tries < 5,
+                "redis-server exited at once on 5 ports in turn (last {port})"
+            );
         }
     }
 
     fn boot(&mut self) {
-        self.try_boot();
+        let port = self.port;
+        assert!(
+            self.try_boot(),
+            "redis-server on port {port} exited at once"
+        );
         self.up();
     }
 
