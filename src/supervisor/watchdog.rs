@@ -219,8 +219,8 @@ impl Watchdog {
             match self.next().await {
                 Some(m) => self.note(m),
                 None => {
-                    let status = self.wait_exit();
-                    self.exited = Some(status);
+                    self.reap_now(0);
+                    self.exited = self.reaped;
                 }
             }
         }
@@ -229,7 +229,7 @@ impl Watchdog {
     /// The command's end: the watchdog reported it, or has exited (messages read so far).
     pub fn has_exited(&mut self) -> bool {
         self.drain();
-        if self.exited.is_none() && self.try_reap() {
+        if self.exited.is_none() && self.reap_now(libc::WNOHANG) {
             self.drain();
             if self.exited.is_none() {
                 self.exited = self.reaped;
@@ -245,39 +245,31 @@ impl Watchdog {
             match self.next().await {
                 Some(m) => self.note(m),
                 None => {
-                    self.wait_exit();
+                    self.reap_now(0);
                 }
             }
         }
     }
 
-    /// Reap the watchdog if it has exited; true once reaped.
-    fn try_reap(&mut self) -> bool {
-        if self.reaped.is_none() {
-            let mut w: libc::c_int = 0;
-            // SAFETY: waitpid on our own child with a valid status pointer.
-            if unsafe { libc::waitpid(self.pid, &mut w, libc::WNOHANG) } == self.pid {
-                self.reaped = Some(w);
-            }
-        }
-        self.reaped.is_some()
-    }
-
-    /// The watchdog's wait status, once its report pipe has ended: it has closed its files and
-    /// is a moment from being a zombie, so the wait blocks for no longer than that.
-    fn wait_exit(&mut self) -> i32 {
+    /// Reap the watchdog: if it has exited (`WNOHANG`), or waiting for it (0: once its
+    /// report pipe has ended, it has closed its files and is a moment from being a zombie, so
+    /// the wait blocks for no longer than that). True once reaped.
+    fn reap_now(&mut self, flags: libc::c_int) -> bool {
         while self.reaped.is_none() {
             let mut w: libc::c_int = 0;
             // SAFETY: waitpid on our own child with a valid status pointer.
-            let r = unsafe { libc::waitpid(self.pid, &mut w, 0) };
+            let r = unsafe { libc::waitpid(self.pid, &mut w, flags) };
             if r == self.pid {
                 self.reaped = Some(w);
             } else if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
                 // Not ours to wait for any more (reaped elsewhere): nothing is left to wait for.
                 self.reaped = Some(0);
+            } else if r == 0 {
+                // WNOHANG, still running.
+                break;
             }
         }
-        self.reaped.unwrap_or(0)
+        self.reaped.is_some()
     }
 
     /// Note every message already in the pipe.
