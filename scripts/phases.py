@@ -21,9 +21,17 @@ def marks(path):
     exec, the child's exit, dlock's exit."""
     lines = [l.split(None, 2) for l in open(path) if l.strip()]
     t0, main = float(lines[0][1]), lines[0][0]
-    found, forks = {}, {}
+    found, forks, started = {}, {}, {}
     for pid, t, call in lines:
         t = (float(t) - t0) * 1000
+        # A call that another process's call interrupted in the trace is split in two lines:
+        # take it whole, at its start, when it returns.
+        if call.rstrip().endswith("<unfinished ...>"):
+            started[pid] = (t, call.split("(", 1)[0])
+            continue
+        if call.startswith("<... ") and pid in started:
+            t, name = started.pop(pid)
+            call = name + "(" + call.split(">", 1)[1]
         # The store: a socket connect, or the file store's lock directory (from dlock or one
         # of its threads; not the loader's libraries, /etc or /proc).
         store = call.startswith("connect(") and "nscd" not in call
@@ -32,7 +40,8 @@ def marks(path):
         )
         if store and "exec" not in found:
             found.setdefault("store", t)
-        if pid == main and call.startswith("clone(") and "=" in call:
+        # The command's fork is the watchdog's, not dlock's.
+        if call.startswith(("clone(", "clone3(")) and "=" in call:
             forks[call.rsplit("=", 1)[1].strip()] = t
         if pid == main and call.startswith("exit_group("):
             found["end"] = t
