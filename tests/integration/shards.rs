@@ -508,3 +508,43 @@ fn a_plain_client_is_refused_on_a_store_that_is_a_shard() {
         "a plain grant stayed behind"
     );
 }
+
+/// The same refusal on the embedded file store, whose plain clients read the shard-list
+/// record without the namespace's flock: a plain `lock` and `run` on a file store that is a
+/// shard are refused, take nothing, and start no command, even while the list's own client
+/// holds the name there.
+#[test]
+fn a_plain_client_is_refused_on_a_file_store_that_is_a_shard() {
+    let env = Env::file();
+    let dir = env.path("s");
+    std::fs::create_dir(&dir).unwrap();
+    let urls = [
+        format!("file://{}/a", dir.display()),
+        format!("file://{}/b", dir.display()),
+    ];
+    let shards: Vec<String> = urls
+        .iter()
+        .flat_map(|u| ["--shard".to_string(), u.clone()])
+        .collect();
+    assert_code(&run(&env, &shards, &["lock", "nightly", "--ttl", "2m"]), 0);
+    let ran = env.path("ran");
+    for url in &urls {
+        let plain = ["--store".to_string(), url.clone()];
+        for args in [
+            &["lock", "other", "-n"][..],
+            &["run", "other", "-n", "--", "touch", ran.to_str().unwrap()][..],
+        ] {
+            let o = run(&env, &plain, args);
+            assert_code(&o, 64);
+            assert!(stderr(&o).contains("--shard"), "{args:?}: {}", stderr(&o));
+        }
+        let o = run(&env, &plain, &["--json", "list"]);
+        assert_code(&o, 0);
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("other"),
+            "a plain grant stayed behind on {url}: {}",
+            stdout(&o)
+        );
+    }
+    assert!(!ran.exists(), "the refused run started its command");
+}

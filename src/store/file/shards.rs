@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::io;
+use std::path::Path;
 
 use super::{FileStore, io_err};
 use crate::store::{StoreResult, TagWrite};
@@ -13,24 +14,32 @@ impl FileStore {
         tag: &str,
         write: TagWrite,
     ) -> StoreResult<String> {
+        if write == TagWrite::Read {
+            // Without the flock: the record is only ever replaced whole (a rename, never in a
+            // journal), so a reader sees one version or the other. Every plain acquire reads
+            // it (`shard::plain`), and under the flock it cost a second open and flock of
+            // `.lock` in each run, and under contention a blocking thread to wait for it.
+            return Ok(read(&self.0.dir)?.unwrap_or_default());
+        }
         let tag = tag.to_string();
         // Under the namespace's flock, as every other write: read, decide, replace whole.
-        self.locked(move |fs| {
-            let path = fs.dir.join(".shards");
-            let now = match fs::read_to_string(&path) {
-                Ok(s) => Some(s),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io_err("cannot read", &path, e)),
-            };
-            match now {
-                _ if write == TagWrite::Read => Ok(now.unwrap_or_default()),
-                Some(s) if write == TagWrite::IfAbsent => Ok(s),
-                _ => {
-                    fs.put(".shards", tag.as_bytes())?;
-                    Ok(tag)
-                }
+        self.locked(move |fs| match read(&fs.dir)? {
+            Some(s) if write == TagWrite::IfAbsent => Ok(s),
+            _ => {
+                fs.put(".shards", tag.as_bytes())?;
+                Ok(tag)
             }
         })
         .await
+    }
+}
+
+/// The record, if there is one.
+fn read(dir: &Path) -> StoreResult<Option<String>> {
+    let path = dir.join(".shards");
+    match fs::read_to_string(&path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("cannot read", &path, e)),
     }
 }
