@@ -630,3 +630,46 @@ fn events_to_stdout_only_where_stdout_carries_no_result() {
     );
     assert_eq!(kinds(&events(&log)), ["acquired"]);
 }
+
+/// The inotify descriptors in process `pid`.
+fn watches(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().contains("inotify"))
+        .count()
+}
+
+/// A run that waited on the file store gives its inotify watch back while its command runs
+/// (closed off the handoff's path, once the command has run a moment): a long job keeps no
+/// watch on the namespace, and no descriptor of it, for the rest of its life.
+#[test]
+fn a_run_that_waited_on_the_file_store_closes_its_watch_while_its_command_runs() {
+    let env = Env::file();
+    let release = env.path("release");
+    let mut holder = hold(&env, "nightly", &release, &[]);
+    let (started, done) = (env.path("started"), env.path("done"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        done.display()
+    );
+    let waiter = env.spawn_run(&["nightly", "-w", "30s"], &script);
+    assert!(
+        wait_for(LIMIT, || watches(waiter.id()) == 1),
+        "the waiter never watched the namespace"
+    );
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_for(LIMIT, || started.exists()), "the waiter never ran");
+    assert!(
+        wait_for(Duration::from_secs(5), || watches(waiter.id()) == 0),
+        "the waiter, now the holder, still has its watch after 5 s of its command"
+    );
+    std::fs::write(&done, "").unwrap();
+    assert_code(&finish(waiter, LIMIT), 0);
+    assert_eq!(
+        wait_child(&mut holder, LIMIT).and_then(|s| s.code()),
+        Some(0)
+    );
+}

@@ -15,6 +15,9 @@ use tokio::io::unix::AsyncFd;
 use super::{Dir, now_ns};
 use crate::store::{Acquire, Listener};
 
+/// How long a run's command runs before a thread is started to close its watch (see `Drop`).
+const CLOSE_AFTER: Duration = Duration::from_millis(50);
+
 /// inotify on the namespace directory, reporting renames onto the watched state files.
 pub(super) struct DirWatch {
     /// Always `Some` until dropped (see `Drop`).
@@ -122,17 +125,22 @@ impl DirWatch {
 }
 
 impl Drop for DirWatch {
-    /// Closing an inotify descriptor waits for the kernel's SRCU grace period (1 to 20 ms,
-    /// longer on a busy host), and a waiter drops its watch just after its grant, before it
-    /// starts its command: the handoff would wait on it. A blocking-pool thread closes it
-    /// instead; outside a runtime, this one. The thread is started by a task, which runs
-    /// when this task next waits: after a grant, once the command has been started, so that
-    /// starting a thread is not on the handoff's path either.
+    /// Closing an inotify descriptor takes about 0.1 ms, and now and then waits for the
+    /// kernel's SRCU grace period (about 20 ms here). A waiter drops its watch just after its
+    /// grant, before it starts its command, so the close must not happen here: the handoff
+    /// would wait on it. Nor on the runtime's thread while the command runs: a close that
+    /// waits out the grace period there held up the release of a command that ended within
+    /// it (K=8 handoff p99 2.8 to 8.5 and 13 ms). A blocking-pool thread closes it, started
+    /// only once the command has run for `CLOSE_AFTER`: starting a thread cost more CPU than
+    /// the close, in every run that waited, while the other waiters of a handoff need the
+    /// CPU. A run that ends before then closes it as the runtime shuts down, after the
+    /// release (a thread started earlier would have held up the exit as long).
     fn drop(&mut self) {
         let Some(fd) = self.fd.take() else { return };
         let fd = fd.into_inner();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
+                tokio::time::sleep(CLOSE_AFTER).await;
                 drop(tokio::task::spawn_blocking(move || drop(fd)));
             });
         }
