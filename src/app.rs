@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::commands::Ctx;
@@ -18,7 +17,7 @@ pub fn main() -> i32 {
     if let Some(code) = version_only() {
         return code;
     }
-    let cli = match parse() {
+    let cli = match crate::parse::parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
     };
@@ -51,21 +50,6 @@ pub fn main() -> i32 {
     // the blocking pool, closing idle connections), which only adds latency to every command.
     std::mem::forget(runtime);
     code
-}
-
-/// The command line, with what the derived structs cannot tell: whether `run`'s NAME slot
-/// came before `--any` (then it was meant as a name, and giving both is a usage error) or
-/// after its names (then it is the command's first word).
-fn parse() -> std::result::Result<Cli, clap::Error> {
-    let matches = Cli::command().try_get_matches()?;
-    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut Cli::command()))?;
-    if let (Command::Run(args), Some(("run", m))) = (&mut cli.command, matches.subcommand()) {
-        args.name_before_any = match (m.index_of("name"), m.index_of("any")) {
-            (Some(name), Some(any)) => name < any,
-            _ => false,
-        };
-    }
-    Ok(cli)
 }
 
 /// `dlock --version` (or `-V`) alone: clap's answer without building clap's whole command

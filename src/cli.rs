@@ -377,6 +377,43 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// The global options alone, as the top of `command()` has them (see `one_subcommand`).
+pub fn globals() -> clap::Command {
+    GlobalArgs::augment_args(clap::Command::new("dlock"))
+}
+
+/// The command line with one subcommand, `name`, under `globals()`: what a parse of that
+/// subcommand needs, without building the others. The whole tree was most of a start-up's
+/// heap (each subcommand's arguments, and clap copies every global option into each
+/// subcommand: 145 KB of 220) and about a tenth of an uncontended `run`. Only what parses
+/// is here: each subcommand's arguments and their groups come from its derived `Args`, and
+/// a variant of `Command` carries help text and aliases only, which the whole tree answers
+/// (app::parse goes to it for help, version and every error). A test holds each subcommand
+/// here equal to its place in `command()`, help text aside.
+pub fn one_subcommand(globals: clap::Command, name: &str) -> Option<clap::Command> {
+    let (name, own): (&'static str, fn(clap::Command) -> clap::Command) = match name {
+        "lock" => ("lock", LockArgs::augment_args),
+        "unlock" => ("unlock", UnlockArgs::augment_args),
+        "extend" => ("extend", ExtendArgs::augment_args),
+        "run" => ("run", RunArgs::augment_args),
+        "multilock" => ("multilock", MultilockArgs::augment_args),
+        "inspect" => ("inspect", InspectArgs::augment_args),
+        "doctor" => ("doctor", DoctorArgs::augment_args),
+        "list" => ("list", ListArgs::augment_args),
+        "wait" => ("wait", WaitArgs::augment_args),
+        "shards" => ("shards", ShardsArgs::augment_args),
+        "completions" => ("completions", CompletionsArgs::augment_args),
+        _ => return None,
+    };
+    Some(
+        globals
+            .subcommand_required(true)
+            // As `Cli` says: clap would otherwise give `shards` a `help` subcommand here.
+            .disable_help_subcommand(true)
+            .subcommand(own(clap::Command::new(name))),
+    )
+}
+
 /// A humantime duration within the bounds every store can represent. A bare number is
 /// seconds, as `flock -w 5` and `timeout 0.5` take it, so habits from those tools carry over.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -457,6 +494,59 @@ mod tests {
     #[test]
     fn clap_definitions_are_consistent() {
         command().debug_assert();
+    }
+
+    /// Every subcommand built alone (`one_subcommand`) is its place in the whole tree, but
+    /// for help text and aliases: the same arguments, groups, subcommands and settings. A
+    /// variant of `Command` that gains an attribute that changes what parses fails here.
+    #[test]
+    fn each_subcommand_alone_is_the_same_as_in_the_whole_tree() {
+        let mut whole = command();
+        whole.build();
+        for full in whole.get_subcommands() {
+            let name = full.get_name();
+            let mut alone = one_subcommand(globals(), name)
+                .unwrap_or_else(|| panic!("{name}: no entry in one_subcommand"));
+            alone.build();
+            let part = alone.find_subcommand(name).unwrap();
+            // `help` is clap's own, `version` comes from propagate_version: both are answered
+            // by the whole tree.
+            let args = |c: &clap::Command| -> Vec<String> {
+                let mut v: Vec<String> = c
+                    .get_arguments()
+                    .filter(|a| !["help", "version"].contains(&a.get_id().as_str()))
+                    .map(|a| format!("{a:?}"))
+                    .collect();
+                v.sort();
+                v
+            };
+            assert_eq!(args(part), args(full), "{name}: arguments");
+            let groups = |c: &clap::Command| format!("{:?}", c.get_groups().collect::<Vec<_>>());
+            assert_eq!(groups(part), groups(full), "{name}: groups");
+            let subs = |c: &clap::Command| -> Vec<String> {
+                c.get_subcommands()
+                    .map(|s| format!("{} {:?}", s.get_name(), args(s)))
+                    .collect()
+            };
+            assert_eq!(subs(part), subs(full), "{name}: subcommands");
+            let settings = |c: &clap::Command| {
+                [
+                    c.is_allow_external_subcommands_set(),
+                    c.is_args_conflicts_with_subcommands_set(),
+                    c.is_subcommand_required_set(),
+                    c.is_arg_required_else_help_set(),
+                    c.is_allow_missing_positional_set(),
+                    c.is_dont_delimit_trailing_values_set(),
+                    c.is_subcommand_precedence_over_arg_set(),
+                    c.is_subcommand_negates_reqs_set(),
+                    c.is_args_override_self(),
+                    c.is_multicall_set(),
+                    c.is_no_binary_name_set(),
+                    c.is_dont_collapse_args_in_usage_set(),
+                ]
+            };
+            assert_eq!(settings(part), settings(full), "{name}: settings");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(crate) mod exit;
 pub(crate) mod meta;
 pub mod names;
 pub(crate) mod output;
+pub(crate) mod parse;
 pub mod shard;
 pub mod store;
 pub(crate) mod supervisor;
