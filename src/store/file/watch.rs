@@ -133,8 +133,8 @@ impl Drop for DirWatch {
     /// it (K=8 handoff p99 2.8 to 8.5 and 13 ms). A blocking-pool thread closes it, started
     /// only once the command has run for `CLOSE_AFTER`: starting a thread cost more CPU than
     /// the close, in every run that waited, while the other waiters of a handoff need the
-    /// CPU. A run that ends before then closes it as the runtime shuts down, after the
-    /// release (a thread started earlier would have held up the exit as long).
+    /// CPU. In a run that ends before then, the process's exit closes it, after the
+    /// release (a thread still closing it would have held up that exit as long).
     fn drop(&mut self) {
         let Some(fd) = self.fd.take() else { return };
         let fd = fd.into_inner();
