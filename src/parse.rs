@@ -203,4 +203,96 @@ mod tests {
             assert!(parse_one(&argv(words)).is_none(), "{words:?}");
         }
     }
+
+    /// Random command lines from the words of every subcommand and global option, in any
+    /// order: whatever the one-subcommand parse accepts, the whole tree accepts and reads the
+    /// same way. (The converse is not asked: the whole tree answers what it leaves.)
+    #[test]
+    fn whatever_one_subcommand_accepts_the_whole_tree_reads_the_same() {
+        let words = [
+            "run",
+            "lock",
+            "unlock",
+            "extend",
+            "multilock",
+            "inspect",
+            "doctor",
+            "list",
+            "wait",
+            "shards",
+            "adopt",
+            "completions",
+            "bash",
+            "help",
+            "run-with-lock",
+            "x",
+            "y",
+            "--",
+            "true",
+            "-n",
+            "-w",
+            "5s",
+            "--ttl",
+            "1m",
+            "0s",
+            "--reason",
+            "--any",
+            "--shared",
+            "--limit",
+            "2",
+            "--force",
+            "--token",
+            TOKEN,
+            "-E",
+            "3",
+            "--store",
+            "file:///tmp/a",
+            "--store=file:///tmp/b",
+            "--shard",
+            "--namespace",
+            "ns",
+            "--json",
+            "--color",
+            "never",
+            "-v",
+            "-vv",
+            "-q",
+            "-qv",
+            "--store-timeout",
+            "200ms",
+            "-h",
+            "-V",
+            "--version",
+            "--nope",
+            "-",
+            "-x",
+            "=",
+        ];
+        // xorshift: the same lines on every run, no dependency for it.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut tried, mut taken) = (0, 0);
+        while tried < 20_000 {
+            let len = (next() % 9) as usize;
+            let mut pick = |n: u64| words[(next() % n) as usize];
+            let mut line: Vec<&str> = (0..len).map(|_| pick(words.len() as u64)).collect();
+            // Every other line names a subcommand first (the first 12 words), so that many
+            // get as far as its own arguments.
+            if tried % 2 == 0 {
+                line.insert(0, pick(12));
+            }
+            tried += 1;
+            if let Some((cli, _)) = parse_one(&argv(&line)) {
+                taken += 1;
+                assert_eq!(format!("{cli:?}"), whole(&line), "{line:?}");
+            }
+        }
+        // Enough of them parse to mean something.
+        assert!(taken > 1000, "only {taken} of {tried} lines parsed");
+    }
 }
