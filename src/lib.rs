@@ -1,8 +1,8 @@
 //! dlock: distributed locks for shell commands.
 //!
-//! `cli` holds the command line, `commands` one module per subcommand, `engine` the
-//! majority-quorum lease over the `store` adapters, and `supervisor` the child process of
-//! `run`. `app` ties them together for `main`.
+//! `cli` holds the command line (`parse` reads it), `commands` one module per subcommand,
+//! `engine` the majority-quorum lease over the `store` adapters, and `supervisor` the child
+//! process of `run`. `app` ties them together for `main`.
 
 // Public: what `main`, the tests, benches and fuzz targets use (the store contract, the
 // engine, names, durations, generated docs). The rest serves the binary only.
