@@ -85,6 +85,8 @@ fn subcommand_name<'a>(globals: &clap::Command, args: &'a [OsString]) -> Option<
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+
     use super::*;
 
     fn argv(words: &[&str]) -> Vec<OsString> {
@@ -268,23 +270,18 @@ mod tests {
             "-x",
             "=",
         ];
-        // xorshift: the same lines on every run, no dependency for it.
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        // Seeded: the same lines on every run.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(27);
         let (mut tried, mut taken) = (0, 0);
         while tried < 20_000 {
-            let len = (next() % 9) as usize;
-            let mut pick = |n: u64| words[(next() % n) as usize];
-            let mut line: Vec<&str> = (0..len).map(|_| pick(words.len() as u64)).collect();
+            let len = rng.random_range(0..9);
+            let mut line: Vec<&str> = (0..len)
+                .map(|_| words[rng.random_range(0..words.len())])
+                .collect();
             // Every other line names a subcommand first (the first 12 words), so that many
             // get as far as its own arguments.
             if tried % 2 == 0 {
-                line.insert(0, pick(12));
+                line.insert(0, words[rng.random_range(0..12)]);
             }
             tried += 1;
             if let Some((cli, _)) = parse_one(&argv(&line)) {
