@@ -388,21 +388,21 @@ pub fn globals() -> clap::Command {
 /// subcommand: 145 KB of 220) and about a tenth of an uncontended `run`. Only what parses
 /// is here: each subcommand's arguments and their groups come from its derived `Args`, and
 /// a variant of `Command` carries help text and aliases only, which the whole tree answers
-/// (app::parse goes to it for help, version and every error). A test holds each subcommand
+/// (`parse` goes to it for help, version and every error). A test holds each subcommand
 /// here equal to its place in `command()`, help text aside.
 pub fn one_subcommand(globals: clap::Command, name: &str) -> Option<clap::Command> {
-    let (name, own): (&'static str, fn(clap::Command) -> clap::Command) = match name {
-        "lock" => ("lock", LockArgs::augment_args),
-        "unlock" => ("unlock", UnlockArgs::augment_args),
-        "extend" => ("extend", ExtendArgs::augment_args),
-        "run" => ("run", RunArgs::augment_args),
-        "multilock" => ("multilock", MultilockArgs::augment_args),
-        "inspect" => ("inspect", InspectArgs::augment_args),
-        "doctor" => ("doctor", DoctorArgs::augment_args),
-        "list" => ("list", ListArgs::augment_args),
-        "wait" => ("wait", WaitArgs::augment_args),
-        "shards" => ("shards", ShardsArgs::augment_args),
-        "completions" => ("completions", CompletionsArgs::augment_args),
+    let own: fn(clap::Command) -> clap::Command = match name {
+        "lock" => LockArgs::augment_args,
+        "unlock" => UnlockArgs::augment_args,
+        "extend" => ExtendArgs::augment_args,
+        "run" => RunArgs::augment_args,
+        "multilock" => MultilockArgs::augment_args,
+        "inspect" => InspectArgs::augment_args,
+        "doctor" => DoctorArgs::augment_args,
+        "list" => ListArgs::augment_args,
+        "wait" => WaitArgs::augment_args,
+        "shards" => ShardsArgs::augment_args,
+        "completions" => CompletionsArgs::augment_args,
         _ => return None,
     };
     Some(
@@ -410,7 +410,7 @@ pub fn one_subcommand(globals: clap::Command, name: &str) -> Option<clap::Comman
             .subcommand_required(true)
             // As `Cli` says: clap would otherwise give `shards` a `help` subcommand here.
             .disable_help_subcommand(true)
-            .subcommand(own(clap::Command::new(name))),
+            .subcommand(own(clap::Command::new(name.to_string()))),
     )
 }
 

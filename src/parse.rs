@@ -33,7 +33,7 @@ pub(crate) fn parse() -> std::result::Result<Cli, clap::Error> {
 }
 
 /// The command line parsed with only its subcommand built, or None to ask the whole tree.
-pub(crate) fn parse_one(argv: &[OsString]) -> Option<(Cli, clap::ArgMatches)> {
+fn parse_one(argv: &[OsString]) -> Option<(Cli, clap::ArgMatches)> {
     let globals = crate::cli::globals();
     let name = subcommand_name(&globals, argv.get(1..)?)?;
     let matches = crate::cli::one_subcommand(globals, name)?
