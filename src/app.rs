@@ -145,6 +145,13 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
         }
         _ => None,
     };
+    if let Some(status) = crate::supervisor::orphan::requested() {
+        // A watchdog's release after dlock's death, not the command line's own work.
+        return match open_shards(&cli.global, ttl).await {
+            Ok(shards) => Ok(crate::supervisor::orphan::release(&shards, status).await),
+            Err(e) => Err((out, e)),
+        };
+    }
     // `doctor` reports a bent clock as a finding instead of refusing to look.
     if ttl.is_some()
         && !matches!(cli.command, Command::Doctor(_))

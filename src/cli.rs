@@ -206,12 +206,19 @@ pub struct HolderArgs {
     pub events: Option<std::path::PathBuf>,
 }
 
-/// How a supervised command is stopped when its lease is being lost.
+/// How a supervised job is stopped, and when it has ended.
 #[derive(Args, Debug, Clone)]
 pub struct SuperviseArgs {
-    /// How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]
+    /// How long a job being stopped gets between SIGTERM and SIGKILL (its command killed,
+    /// --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long
+    /// before it would run out [default: ttl/4, at most 10s]
     #[arg(long, value_name = "DUR", value_parser = parse_grace)]
     pub kill_grace: Option<Duration>,
+    /// Release when the command exits, even if processes it started still run (they go on
+    /// outside the lock: a deploy that starts a daemon). Without it the lock is held until
+    /// they have exited too, as flock's would be
+    #[arg(long)]
+    pub leave_running: bool,
 }
 
 #[derive(Args, Debug)]

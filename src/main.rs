@@ -13,12 +13,14 @@
 
 #[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 #[unsafe(no_mangle)]
-extern "C" fn main(
-    _argc: std::ffi::c_int,
-    _argv: *const *const std::ffi::c_char,
-) -> std::ffi::c_int {
-    // SAFETY: setting a signal's disposition to SIG_IGN touches no memory of ours.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
+    // SAFETY: setting a signal's disposition to SIG_IGN touches no memory of ours; argv is
+    // the process's own, as the C runtime hands it to main.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        // So that the watchdog can show another name in `ps` (see `sys::retitle`).
+        dlock::sys::note_args(argc, argv);
+    }
     std::process::exit(dlock::app::main());
 }
 

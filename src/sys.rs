@@ -295,3 +295,54 @@ static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::n
 pub fn started() -> std::time::Instant {
     *STARTED.get_or_init(std::time::Instant::now)
 }
+
+/// Where the process's own argument strings lie (`/proc/PID/cmdline` reads them from there),
+/// noted by the binary's `main` from the argv it is handed; 0 bytes when unknown (tests).
+static ARGS_AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static ARGS_LEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Note the argument area from `main`'s `argc` and `argv`: the strings the kernel laid out
+/// one after another, as far as they are contiguous.
+///
+/// # Safety
+/// `argv` must be the argument vector the process was started with, of `argc` strings.
+pub unsafe fn note_args(argc: libc::c_int, argv: *const *const libc::c_char) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if argc < 1 || argv.is_null() {
+        return;
+    }
+    // SAFETY: argc valid NUL-terminated strings, as the caller promises.
+    unsafe {
+        let first = *argv;
+        let mut end = first.add(libc::strlen(first) + 1);
+        for i in 1..argc as usize {
+            let arg = *argv.add(i);
+            if arg != end {
+                break;
+            }
+            end = arg.add(libc::strlen(arg) + 1);
+        }
+        ARGS_AT.store(first as usize, Relaxed);
+        ARGS_LEN.store(end as usize - first as usize, Relaxed);
+    }
+}
+
+/// Show `title` as this process's command line (`ps -f`, `pgrep -f`), over its own argument
+/// strings (after a fork, the copy is this process's alone). Async-signal-safe: a forked
+/// child of a multithreaded dlock may call it.
+pub fn retitle(title: &std::ffi::CStr) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (at, len) = (ARGS_AT.load(Relaxed), ARGS_LEN.load(Relaxed));
+    if at == 0 || len == 0 {
+        return;
+    }
+    let title = title.to_bytes();
+    // SAFETY: the area noted by `note_args`, `len` bytes of this process's own memory; the
+    // last byte stays NUL so that the kernel reads one string.
+    unsafe {
+        let area = std::slice::from_raw_parts_mut(at as *mut u8, len);
+        let n = title.len().min(len - 1);
+        area[..n].copy_from_slice(&title[..n]);
+        area[n..].fill(0);
+    }
+}

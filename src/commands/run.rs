@@ -58,7 +58,7 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let ended = async {
         // The watchdog is forked now, not between the grant and the command.
         let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
-        let prepared = supervisor::prepare(&command, &all, grace)?;
+        let prepared = supervisor::prepare(&command, &all, grace, args.supervise.leave_running)?;
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         let names = lease.req.names.clone();
         tokio::select! {

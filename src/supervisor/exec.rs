@@ -50,7 +50,20 @@ pub struct Launch {
     watchdog: pid_t,
     /// Set by the child if its exec failed.
     errno: c_int,
+    /// The forwarded signals ignored when dlock started, as a mask (`signals::ignored_at_start`):
+    /// the command gets them ignored too, as nohup promises.
+    ignored: u64,
+    /// dlock's own command line, for the release the watchdog execs after dlock's death.
+    _self_args: Vec<CString>,
+    self_argv: Vec<*const c_char>,
+    /// `RELEASE_VAR=<status>` for that release, written in place at the time.
+    marker: [u8; 48],
 }
+
+/// Set only in the environment of the release the watchdog execs once dlock has died and the
+/// job's tree is gone: dlock then releases the lease its command line took, with the token
+/// in DLOCK_TOKEN, as a job that ended with this status (see `supervisor::orphan`).
+pub const RELEASE_VAR: &str = "DLOCK_WATCHDOG_RELEASE";
 
 /// How many variables dlock sends at the start (`spawn::vars`).
 pub const VARS: usize = 5;
@@ -75,7 +88,9 @@ impl Launch {
         sh_argv.push(path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()));
         sh_argv.extend_from_slice(&argv[1..]);
         let env: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| !crate::supervisor::spawn::LEASE_VARS.iter().any(|v| k == v))
+            .filter(|(k, _)| {
+                k != RELEASE_VAR && !crate::supervisor::spawn::LEASE_VARS.iter().any(|v| k == v)
+            })
             .map(|(k, v)| {
                 let mut b = k.as_bytes().to_vec();
                 b.push(b'=');
@@ -85,7 +100,13 @@ impl Launch {
             .collect();
         let mut envp: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
         let inherited_env = envp.len();
-        envp.resize(inherited_env + VARS + 1, std::ptr::null());
+        // The lease's variables, a slot for the release's marker, and the closing NULL.
+        envp.resize(inherited_env + VARS + 2, std::ptr::null());
+        let self_args: Vec<CString> = std::env::args_os()
+            .map(|a| cstring(a.as_bytes()))
+            .collect();
+        let mut self_argv: Vec<*const c_char> = self_args.iter().map(|a| a.as_ptr()).collect();
+        self_argv.push(std::ptr::null());
         Launch {
             path,
             _args: args,
@@ -102,6 +123,10 @@ impl Launch {
             foreground: false,
             watchdog: 0,
             errno: 0,
+            ignored: super::signals::ignored_at_start(),
+            _self_args: self_args,
+            self_argv,
+            marker: [0; 48],
         }
     }
 
@@ -299,7 +324,9 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         // The signals as dlock's caller would give them: dlock catches the forwarded ones
         // (an exec resets them to their default), the stops as inherited, nothing blocked.
         for s in FORWARDED.into_iter().chain([libc::SIGPIPE]) {
-            libc::signal(s, libc::SIG_DFL);
+            if l.ignored & (1 << s) == 0 {
+                libc::signal(s, libc::SIG_DFL);
+            }
         }
         for (i, &s) in INHERITED.iter().enumerate() {
             libc::sigaction(s, &l.saved[i], std::ptr::null_mut());
@@ -316,5 +343,59 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         }
         std::ptr::write_volatile(&mut l.errno, errno.max(1));
         libc::_exit(127)
+    }
+}
+
+/// In the watchdog, once dlock has died and the job's tree is gone: become a dlock that
+/// releases the lease, by exec'ing dlock's own command line with the job's variables and
+/// `RELEASE_VAR=<code>` (the status the job ended with). Returns only if the exec failed; the
+/// lease then runs out on the store as before.
+pub unsafe fn release(launch: *mut Launch, code: i32) {
+    // SAFETY: as `arm`: the watchdog's own copy of the launch, raw syscalls only.
+    unsafe {
+        let l = &mut *launch;
+        let prefix = RELEASE_VAR.as_bytes();
+        let mut at = prefix.len();
+        l.marker[..at].copy_from_slice(prefix);
+        l.marker[at] = b'=';
+        at += 1;
+        let mut digits = [0u8; 11];
+        let (mut n, mut len) = (code.unsigned_abs(), 0);
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in (0..len).rev() {
+            l.marker[at] = digits[i];
+            at += 1;
+        }
+        l.marker[at] = 0;
+        // After the lease's variables (the first free slot), before the closing NULL.
+        let mut slot = l.inherited_env;
+        while !(*l.envp.as_ptr().add(slot)).is_null() {
+            slot += 1;
+        }
+        *l.envp.as_mut_ptr().add(slot) = l.marker.as_ptr().cast();
+        // Nothing of the job's terminal or pipes: the release prints nothing, and a socket it
+        // opens must not land on descriptor 1 or 2.
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        for fd in 0..3 {
+            libc::dup2(null, fd);
+        }
+        for s in FORWARDED.into_iter().chain(IGNORED) {
+            libc::signal(s, libc::SIG_DFL);
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::execve(
+            c"/proc/self/exe".as_ptr(),
+            l.self_argv.as_ptr(),
+            l.envp.as_ptr(),
+        );
     }
 }

@@ -3,7 +3,20 @@
 //! as a child subreaper it inherits every orphan of the job. It stops the whole tree (SIGTERM
 //! to all at once, SIGKILL before the lease deadline) when the deadline comes without a
 //! renewal, when dlock says the lease is gone, or when dlock dies; then it exits only once no
-//! descendant is left. Its own exit status is the command's, and it says so to dlock first.
+//! descendant is left. Its own exit status is the command's, and it says so to dlock first:
+//! dlock releases the lease on that word, so the word waits until no process of the job runs.
+//!
+//! The job outlives its command in two ways, and neither may run unlocked:
+//! - the command was killed (a signal, Ctrl-C, `kill` of the shell) or dlock is stopping the
+//!   job: the rest of the tree gets SIGTERM at the command's end, SIGKILL one kill grace later;
+//! - the command exited on its own and left processes running (`worker & exit 0`): they keep
+//!   the lease, as flock's inherited descriptor would, until the last of them exits; dlock is
+//!   told once (`LINGERING`) so that it can name them. `--leave-running` keeps the older
+//!   behaviour instead: the command's end is the job's, whatever it left.
+//!
+//! When dlock is gone (killed, crashed) the watchdog stops the tree and then releases the
+//! lease itself, by exec'ing dlock's own command line as a release (see `exec::release`): the
+//! next holder enters about a kill grace after the crash, not a ttl later.
 //!
 //! It runs in the forked child of a multithreaded process: only raw syscalls, no allocation.
 
@@ -11,7 +24,9 @@ use libc::{c_int, pid_t};
 
 use super::exec::{self, Launch};
 use super::tree;
-use super::watchdog::{EXEC_FAILED, EXITED, FIRED, KILL, PID, STOPPED, TERMINATED, now_ns, send};
+use super::watchdog::{
+    ENDING, EXEC_FAILED, EXITED, FIRED, KILL, LINGERING, PID, STOPPED, TERMINATED, now_ns, send,
+};
 
 /// What the watchdog needs, all captured before the fork.
 #[derive(Clone, Copy)]
@@ -24,6 +39,8 @@ pub struct Setup {
     pub report: c_int,
     pub grace: u64,
     pub margin: u64,
+    /// `--leave-running`: the command's own end is the job's; what it leaves is not waited for.
+    pub leave_running: bool,
     /// dlock's prepared exec, in the watchdog's copy of dlock's memory.
     pub launch: *mut Launch,
 }
@@ -49,6 +66,18 @@ struct State {
     fired: bool,
     /// dlock closed the pipe or died.
     orphaned: bool,
+    /// `--leave-running` (see `Setup`).
+    leave_running: bool,
+    /// The job is ending: dlock forwarded a stopping signal (Ctrl-C, SIGTERM) to the
+    /// command's group, so the command's end, however it comes, takes the rest of the tree.
+    ending: bool,
+    /// LINGERING was said (once) for a command that exited and left processes running.
+    lingering: bool,
+    /// When the SIGKILL is due for a tree stopped apart from the lease's deadline (after the
+    /// command was killed, or dlock died): one kill grace after its SIGTERM. u64::MAX: none.
+    rest_kill_at: u64,
+    /// The prepared exec, for the release after dlock's death.
+    launch: *mut Launch,
 }
 
 /// The watchdog's whole life. Never returns.
@@ -81,18 +110,15 @@ pub unsafe fn run(setup: Setup) -> ! {
         if command == 0 {
             reap_all_and_exit(setup.report);
         }
-        let mut st = State {
-            orders: setup.orders,
-            report: setup.report,
-            deadline,
-            grace: setup.grace,
-            margin: setup.margin,
-            pgid: command,
-            status: None,
-            term_sent: false,
-            fired: false,
-            orphaned: false,
-        };
+        watch(State::new(setup, deadline, command), sfd)
+    }
+}
+
+/// Until the job is over: reap, follow dlock's orders and the deadlines, stop the tree when
+/// it must stop. Never returns (`finish` and `kill_all` end the watchdog).
+unsafe fn watch(mut st: State, sfd: c_int) -> ! {
+    // SAFETY: raw syscalls only.
+    unsafe {
         loop {
             let none_left = reap(&mut st);
             if st.status.is_some() && !st.term_sent && !st.orphaned {
@@ -100,16 +126,15 @@ pub unsafe fn run(setup: Setup) -> ! {
                 // command's end is in the pipe by now.
                 wait(&mut st, sfd, 0);
             }
-            if let Some(status) = st.status
-                && (none_left || !st.term_sent)
-            {
-                // A plain ending leaves alone what the command started on purpose; a stopped
-                // job's watchdog stays until the last of the tree is gone.
-                finish(&st, status);
+            if let Some(status) = st.status {
+                after_end(&mut st, status, none_left);
             }
             let now = now_ns();
             if now >= st.kill_at() {
                 st.fired |= !st.orphaned;
+                kill_all(&mut st);
+            }
+            if now >= st.rest_kill_at {
                 kill_all(&mut st);
             }
             if !st.term_sent && now >= st.term_at() {
@@ -124,10 +149,43 @@ pub unsafe fn run(setup: Setup) -> ! {
                 st.kill_at()
             } else {
                 st.term_at()
-            };
+            }
+            .min(st.rest_kill_at);
             wait(&mut st, sfd, next.saturating_sub(now));
         }
     }
+}
+
+/// The command has ended with `status`. The job ends with it once none of its tree is left;
+/// until then the rest of the tree is stopped (the command was killed, or the job is being
+/// stopped), or kept under the lease (the command exited on its own), as the module says.
+unsafe fn after_end(st: &mut State, status: c_int, none_left: bool) {
+    // SAFETY: raw syscalls only.
+    unsafe {
+        if none_left || (st.leave_running && !st.term_sent) {
+            finish(st, status);
+        }
+        if st.term_sent {
+            // Being stopped already (a lost lease, --max-runtime, dlock's death): the kill
+            // follows at its own time.
+            return;
+        }
+        if libc::WIFSIGNALED(status) || st.ending || st.orphaned {
+            stop_rest(st);
+        } else if !st.lingering {
+            send(st.report, LINGERING | status as u32 as u64);
+            st.lingering = true;
+        }
+    }
+}
+
+/// SIGTERM to the whole tree now, SIGKILL one kill grace later (or at the lease's deadline,
+/// whichever comes first).
+unsafe fn stop_rest(st: &mut State) {
+    // SAFETY: raw syscalls only.
+    unsafe { tree::signal_all(libc::getpid(), libc::SIGTERM, 0) };
+    st.term_sent = true;
+    st.rest_kill_at = st.rest_kill_at.min(now_ns() + st.grace);
 }
 
 /// Three descriptors in order, for `close_except`.
@@ -148,6 +206,26 @@ unsafe fn reap_all_and_exit(report: c_int) -> ! {
 }
 
 impl State {
+    fn new(setup: Setup, deadline: u64, command: pid_t) -> State {
+        State {
+            orders: setup.orders,
+            report: setup.report,
+            deadline,
+            grace: setup.grace,
+            margin: setup.margin,
+            pgid: command,
+            status: None,
+            term_sent: false,
+            fired: false,
+            orphaned: false,
+            leave_running: setup.leave_running,
+            ending: false,
+            lingering: false,
+            rest_kill_at: u64::MAX,
+            launch: setup.launch,
+        }
+    }
+
     fn term_at(&self) -> u64 {
         self.deadline.saturating_sub(self.grace - self.grace / 4)
     }
@@ -270,28 +348,38 @@ unsafe fn order(st: &mut State, message: u64) {
             }
             // dlock sent SIGKILL to the group (--max-runtime, a lost lease): all of it now.
             KILL => kill_all(st),
+            // dlock forwarded a stopping signal to the command's group.
+            ENDING => st.ending = true,
             deadline => st.deadline = deadline,
         }
     }
 }
 
 /// dlock is gone (killed, crashed) or let go of the pipe: nobody renews the lease any more.
-/// SIGTERM to the whole tree at once, SIGKILL one kill grace later, before the deadline.
+/// SIGTERM to the whole tree at once, SIGKILL one kill grace later, before the deadline; the
+/// lease is released once none of the tree is left (see `finish`).
 unsafe fn orphaned(st: &mut State) {
     st.orphaned = true;
-    if st.status.is_some() && !st.term_sent {
-        // The command had ended and dlock released the lease: what the command left running
-        // on purpose is the user's (see `finish`).
+    if st.term_sent {
+        st.rest_kill_at = st.rest_kill_at.min(now_ns() + st.grace);
+        return;
+    }
+    if st.status.is_some() && st.leave_running {
+        // The command's end is the job's: `finish` follows and releases.
         return;
     }
     // SAFETY: raw syscalls only.
-    unsafe {
-        if !st.term_sent {
-            tree::signal_all(libc::getpid(), libc::SIGTERM, 0);
-            st.term_sent = true;
-        }
-        let kill = now_ns() + st.grace;
-        st.deadline = st.deadline.min(kill + st.margin / 2);
+    unsafe { stop_rest(st) };
+}
+
+/// A wait status as a shell's exit code (128 + the signal for a killed process).
+fn exit_code(status: c_int) -> i32 {
+    if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        1
     }
 }
 
@@ -304,6 +392,11 @@ unsafe fn finish(st: &State, status: c_int) -> ! {
         }
         // dlock releases the lease on this word, without waiting for our own exit.
         send(st.report, EXITED | status as u32 as u64);
+        if st.orphaned {
+            // Nobody heard that word: release the lease ourselves, now that none of the job
+            // is left. Returns only if the exec failed; the lease then runs out on the store.
+            exec::release(st.launch, exit_code(status));
+        }
         if libc::WIFSIGNALED(status) {
             let sig = libc::WTERMSIG(status);
             // Die of the same signal, without a core file of our own.

@@ -14,6 +14,7 @@
 mod exec;
 mod job;
 mod keeper;
+pub mod orphan;
 mod renew;
 mod settle;
 pub mod signals;
@@ -63,6 +64,11 @@ pub struct Limits {
     pub max_runtime: Option<Duration>,
 }
 
+/// "1 process", "2 processes".
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// How long before the deadline the command gets SIGKILL: a quarter of the kill grace.
 fn margin(grace: Duration) -> Duration {
     (grace / 4).max(Duration::from_millis(10))
@@ -71,9 +77,15 @@ fn margin(grace: Duration) -> Duration {
 pub use spawn::Prepared;
 
 /// Fork the watchdog of `command` before asking for a lock on (some of) `names`, so that the
-/// fork is not between the grant and the command (see `spawn`).
-pub fn prepare(command: &[OsString], names: &[String], grace: Duration) -> Result<Prepared> {
-    spawn::prepare(command, names, grace, margin(grace))
+/// fork is not between the grant and the command (see `spawn`). `leave_running`: the
+/// command's own exit ends the job, whatever it left running (`--leave-running`).
+pub fn prepare(
+    command: &[OsString],
+    names: &[String],
+    grace: Duration,
+    leave_running: bool,
+) -> Result<Prepared> {
+    spawn::prepare(command, names, grace, margin(grace), leave_running)
 }
 
 /// Run the prepared command while `lease` is held, under its watchdog; release the lease when
@@ -236,16 +248,14 @@ impl<'a> Supervised<'a> {
             }
             let term_at = health.deadline - self.grace;
             tokio::select! {
-                sig = signals.recv() => {
-                    self.out.debug(&format!("forwarding {} to the command", sys::signal_name(sig)));
-                    let _ = sys::kill_group(self.pgid, sig);
-                }
+                sig = signals.recv() => self.forward(sig),
                 // The renewal task ends only after reporting a loss; then stop listening to it.
                 changed = self.health.changed(), if !self.renewer_done => {
                     self.renewer_done = changed.is_err();
                 }
                 event = self.dog.event() => match event {
                     watchdog::Event::Stopped => self.suspend().await,
+                    watchdog::Event::Lingering(status) => self.lingering(status),
                     watchdog::Event::Exited(status) => return Ok(ExitStatus::from_raw(status)),
                 },
                 Some(_) = async { Some(conts.as_mut()?.recv().await) }, if conts.is_some() => {
@@ -280,6 +290,47 @@ impl<'a> Supervised<'a> {
                 }
             }
         }
+    }
+
+    /// A signal for the job, to the command's group. A stopping one ends the job: the
+    /// watchdog hears of it first, so that the command's end takes the rest of the tree.
+    fn forward(&mut self, sig: i32) {
+        self.out
+            .debug(&format!("forwarding {} to the command", sys::signal_name(sig)));
+        if signals::STOPPING.contains(&sig) {
+            self.dog.ending();
+        }
+        let _ = sys::kill_group(self.pgid, sig);
+    }
+
+    /// The command exited on its own and left processes running: the lease is kept for them
+    /// (the watchdog says when the last is gone). Said once, naming them.
+    fn lingering(&mut self, status: i32) {
+        let left = tree::running_below(self.dog.pid());
+        let code = ExitStatus::from_raw(status)
+            .code()
+            .map_or_else(|| "ended".to_string(), |c| format!("exited {c}"));
+        self.out.warn(&format!(
+            "the command {code} but left {} running: {}; holding {} until {} (--leave-running \
+             releases at the command's exit)",
+            plural(left.len(), "process", "processes"),
+            left.iter()
+                .take(5)
+                .map(|(pid, cmd)| format!("{pid} ({})", crate::output::printable(cmd)))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if left.len() > 5 { ", ..." } else { "" },
+            self.names(),
+            if left.len() == 1 { "it exits" } else { "they exit" },
+        ));
+        self.events.emit(
+            "lingering",
+            &self.lease.req.names,
+            events::with(
+                events::fences(&self.fences),
+                json!({ "pids": left.iter().map(|(p, _)| p).collect::<Vec<_>>() }),
+            ),
+        );
     }
 
     /// The command has ended, or the watchdog is already stopping it (dlock was stopped past

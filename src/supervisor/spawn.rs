@@ -50,6 +50,7 @@ pub fn prepare(
     names: &[String],
     grace: Duration,
     margin: Duration,
+    leave_running: bool,
 ) -> Result<Prepared> {
     let cannot = |e: std::io::Error| Error::failure(format!("cannot start the watchdog: {e}"));
     let pipes = Pipes::new().map_err(cannot)?;
@@ -67,6 +68,7 @@ pub fn prepare(
         report: pipes.reports.1.as_raw_fd(),
         grace: grace.as_nanos() as u64,
         margin: margin.as_nanos() as u64,
+        leave_running,
         launch,
     };
     // SAFETY: the child of a process that may have other threads makes only raw,
@@ -107,6 +109,11 @@ unsafe fn become_watchdog(setup: keeper::Setup) -> ! {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         libc::setpgid(0, 0);
+        // Not "dlock" in `ps`, `killall dlock` or `pkill -x dlock`: a kill of dlock by name
+        // must reach dlock, which stops the job, never the watchdog, which outlives dlock
+        // to stop it (and ignores the signals dlock handles: see `exec::arm`).
+        libc::prctl(libc::PR_SET_NAME, c"dlock-watchdog".as_ptr());
+        crate::sys::retitle(c"dlock-watchdog");
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) != 0 {
             // A kernel before 3.4: dlock hears the watchdog ended before the command started.
             libc::_exit(126);

@@ -168,6 +168,40 @@ pub unsafe fn signal_all(root: pid_t, sig: c_int, skip: pid_t) -> usize {
     count
 }
 
+/// The processes below `root` (the watchdog, seen from dlock) and their command lines, for a
+/// message. On dlock's side, which may allocate.
+pub fn running_below(root: pid_t) -> Vec<(pid_t, String)> {
+    let mut found = Vec::new();
+    // SAFETY: /proc read by raw syscalls.
+    unsafe {
+        each_number(c"/proc", |pid, _| {
+            let pid = pid as pid_t;
+            if pid != root
+                && let Some(s) = stat(pid)
+                && descends(s.ppid, root)
+            {
+                found.push(pid);
+            }
+        });
+    }
+    found.sort_unstable();
+    found.into_iter().map(|p| (p, command_line(p))).collect()
+}
+
+/// A process's command line, its words joined by spaces ("?" once it has exited).
+fn command_line(pid: pid_t) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let words: Vec<_> = raw
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(String::from_utf8_lossy)
+        .collect();
+    if words.is_empty() {
+        return "?".into();
+    }
+    words.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,10 @@ use crate::sys;
 pub const TERMINATED: u64 = u64::MAX;
 /// Sent instead of a deadline: dlock has sent SIGKILL; the whole tree goes now.
 pub const KILL: u64 = u64::MAX - 1;
+/// Sent instead of a deadline, before dlock forwards a stopping signal (SIGINT, SIGTERM,
+/// SIGHUP, SIGQUIT) to the command's group: the job is being stopped, so the command's end,
+/// however it comes, takes the rest of the tree with it.
+pub const ENDING: u64 = u64::MAX - 2;
 /// From the watchdog: the command was stopped (Ctrl-Z, SIGSTOP).
 pub const STOPPED: u64 = 1 << 62;
 /// From the watchdog: it stopped the command for the deadline (dlock could not act).
@@ -39,12 +43,17 @@ pub const EXITED: u64 = 1 << 58;
 /// To the watchdog, once: start the command. The low 32 bits count the bytes of the lease's
 /// variables that follow the deadline; bit 32 says the command takes the terminal.
 pub const START: u64 = 1 << 57;
+/// From the watchdog: the command exited on its own (its wait status in the low bits) and left
+/// processes running; the watchdog holds on, and so must the lease, until they have exited.
+pub const LINGERING: u64 = 1 << 56;
 pub const FOREGROUND: u64 = 1 << 32;
 
 /// What the watchdog reported, for dlock's supervision loop.
 pub enum Event {
     /// The command was stopped (Ctrl-Z, SIGSTOP).
     Stopped,
+    /// The command exited with this wait status, and processes it started still run.
+    Lingering(i32),
     /// The command has ended, with this wait status (the watchdog's last word, or the
     /// watchdog's own status, which is the command's, when it ended without one).
     Exited(i32),
@@ -64,6 +73,8 @@ pub struct Watchdog {
     fired: bool,
     /// The command stopped (Ctrl-Z), read while looking for something else.
     stop_seen: bool,
+    /// The command exited leaving processes behind (its status), not yet handed out.
+    lingering: Option<i32>,
     /// The command's wait status, once the watchdog reported its end.
     exited: Option<i32>,
 }
@@ -109,6 +120,7 @@ impl Pipes {
             reports: unsafe { AsyncFd::register_with_interest(reports, Interest::READABLE)? },
             fired: false,
             stop_seen: false,
+            lingering: None,
             exited: None,
         })
     }
@@ -121,6 +133,11 @@ pub fn kernel_ns(deadline: Instant) -> u64 {
 }
 
 impl Watchdog {
+    /// The watchdog's pid: every process of the job descends from it.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
     /// Tell the watchdog to start the command: `deadline` (kernel nanoseconds) and the
     /// lease's variables (`NAME=value` strings, each ending in NUL).
     pub fn start(&self, deadline: u64, vars: &[u8], foreground: bool) -> io::Result<()> {
@@ -200,6 +217,9 @@ impl Watchdog {
         if message == STOPPED {
             self.stop_seen = true;
         }
+        if message & LINGERING != 0 && message & !(LINGERING | 0xffff_ffff) == 0 {
+            self.lingering = Some((message & 0xffff_ffff) as u32 as i32);
+        }
         if message & EXITED != 0 && message & (PID | EXEC_FAILED | FIRED | STOPPED) == 0 {
             self.exited = Some((message & 0xffff_ffff) as u32 as i32);
         }
@@ -212,6 +232,9 @@ impl Watchdog {
             // Read by `fired` or `started` in passing.
             if std::mem::take(&mut self.stop_seen) {
                 return Event::Stopped;
+            }
+            if let Some(status) = self.lingering.take() {
+                return Event::Lingering(status);
             }
             if let Some(status) = self.exited {
                 return Event::Exited(status);
@@ -294,6 +317,11 @@ impl Watchdog {
     /// the tree and stays until all of it is gone.
     pub fn terminated(&self) {
         self.send(TERMINATED);
+    }
+
+    /// dlock is about to forward a stopping signal to the command's group (see `ENDING`).
+    pub fn ending(&self) {
+        self.send(ENDING);
     }
 
     /// dlock has sent SIGKILL to the command's group: the whole tree goes now.

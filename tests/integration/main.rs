@@ -22,6 +22,7 @@ mod generated;
 mod holder;
 mod hygiene;
 mod job_control;
+mod job_life;
 mod lost_grant;
 mod lost_messages;
 mod mixed;

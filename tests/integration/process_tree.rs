@@ -144,10 +144,11 @@ fn a_killed_run_on_redis_leaves_no_writer_that_called_setsid() {
     assert!(o.next_entry > o.last_death);
 }
 
-/// A command that ends on its own leaves what it started on purpose running (as with flock,
-/// `timeout` or a shell): dlock releases and exits at once, without waiting for it.
+/// With `--leave-running`, a command that ends on its own leaves what it started on purpose
+/// running (a deploy that starts a daemon): dlock releases and exits at once, without waiting
+/// for it.
 #[test]
-fn a_daemon_the_command_started_outlives_a_plain_run() {
+fn a_daemon_the_command_started_outlives_a_run_that_leaves_it_running() {
     let env = Env::file();
     let pidfile = env.path("daemon.pid");
     let _reaper = Reaper(pidfile.clone());
@@ -156,7 +157,7 @@ fn a_daemon_the_command_started_outlives_a_plain_run() {
         pidfile.display()
     );
     let started = Instant::now();
-    let o = env.run(&["run", "job", "--", "sh", "-c", &script]);
+    let o = env.run(&["run", "job", "--leave-running", "--", "sh", "-c", &script]);
     assert_code(&o, 0);
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(wait_for(Duration::from_secs(5), || !read(&pidfile).is_empty()));
