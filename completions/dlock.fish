@@ -100,7 +100,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease time; 
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'How long a job being stopped gets between SIGTERM and SIGKILL (its command killed, --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l hold-min -d 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)' -r
@@ -115,6 +115,7 @@ never\t''"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l shared -d 'Share the lock with other --shared holders (readers); exclusive holders wait'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l leave-running -d 'Release when the command exits, even if processes it started still run (they go on outside the lock: a deploy that starts a daemon). Without it the lock is held until they have exited too, as flock\'s would be'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l json -d 'Print results as JSON on stdout'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Say nothing on stderr but errors'
@@ -124,7 +125,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shared -d 'Als
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'How long before the lease would run out the command gets SIGTERM [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'How long a job being stopped gets between SIGTERM and SIGKILL (its command killed, --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
@@ -135,6 +136,7 @@ always\t''
 never\t''"
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l leave-running -d 'Release when the command exits, even if processes it started still run (they go on outside the lock: a deploy that starts a daemon). Without it the lock is held until they have exited too, as flock\'s would be'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l json -d 'Print results as JSON on stdout'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s q -l quiet -d 'Say nothing on stderr but errors'

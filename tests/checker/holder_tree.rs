@@ -2,8 +2,9 @@
 //! writer (dlock's grandchild, which ignores SIGTERM and appends the kernel's monotonic time
 //! to a log of its own every 5 ms) and then becomes the critical section. The checker SIGKILLs
 //! the victim's `dlock run` in its section, as `timeout -s KILL`, the OOM killer or a
-//! cancelled CI job would; the whole tree must be gone, and the writer must not write once
-//! the next holder has entered (`late-writes`, must be 0).
+//! cancelled CI job would, or (`command-kill`) the victim's command itself, as `kill -9` of a
+//! job's shell would; the whole tree must be gone, and the writer must not write once the
+//! next holder has entered (`late-writes`, must be 0).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -48,9 +49,10 @@ fn writes(log: &Path) -> (Option<u32>, Vec<u64>) {
 }
 
 impl Run {
-    pub(crate) fn holder_kill_fault(&self, n: usize) -> Injected {
+    /// `fault`: HolderKill (SIGKILL of dlock) or CommandKill (of the command).
+    pub(crate) fn holder_kill_fault(&self, n: usize, fault: Fault) -> Injected {
         let ttl = self.cfg.ttl;
-        let victim = format!("v{n}-holder-kill");
+        let victim = format!("v{n}-{}", fault.name());
         let wlog = self.env.path(&format!("writer-{n}.log"));
         let checker = std::env::current_exe().unwrap();
         let mut cmd = self.env.cmd();
@@ -71,7 +73,7 @@ impl Run {
         let Some(pid) = self.wait_entered(&victim, &mut child, Duration::from_secs(60)) else {
             let code = self.finish(&mut child, Duration::from_secs(5));
             return Injected {
-                fault: Fault::HolderKill,
+                fault,
                 victim: Some(victim),
                 at: None,
                 exit: None,
@@ -83,7 +85,15 @@ impl Run {
         while writes(&wlog).1.is_empty() && started.elapsed() < Duration::from_secs(10) {
             thread::sleep(Duration::from_millis(1));
         }
-        signal(dlock_pid, libc::SIGKILL);
+        // The command is `pid`: the shell exec'ed the section after forking the writer.
+        signal(
+            if fault == Fault::CommandKill {
+                pid
+            } else {
+                dlock_pid
+            },
+            libc::SIGKILL,
+        );
         let at = mono_ns();
         let code = self.finish(&mut child, Duration::from_secs(10));
         let grandchild = writes(&wlog).0;
@@ -98,7 +108,7 @@ impl Run {
         }
         let late = next.map(|next| writes(&wlog).1.iter().filter(|&&t| t > next).count());
         Injected {
-            fault: Fault::HolderKill,
+            fault,
             victim: Some(victim),
             at: Some(at),
             exit: None,
@@ -136,7 +146,10 @@ impl Run {
 /// Writes after the next entry, summed over the holder kills; each also counts as a late
 /// stop (the tree outlived the lease), as does a tree not gone.
 pub(crate) fn check(s: &mut Summary, faults: &[Injected]) {
-    for f in faults.iter().filter(|f| f.fault == Fault::HolderKill) {
+    for f in faults
+        .iter()
+        .filter(|f| matches!(f.fault, Fault::HolderKill | Fault::CommandKill))
+    {
         let late: usize = f
             .outcome
             .rsplit_once("late-writes=")
@@ -146,7 +159,7 @@ pub(crate) fn check(s: &mut Summary, faults: &[Injected]) {
         if late > 0 || f.outcome.contains("tree gone false") {
             s.late_stops += 1;
             s.details
-                .push(format!("holder kill: {:?}: {}", f.victim, f.outcome));
+                .push(format!("{}: {:?}: {}", f.fault.name(), f.victim, f.outcome));
         }
     }
 }

@@ -218,6 +218,10 @@ enum Fault {
     /// SIGKILL the `dlock run` of a holder in its section: its command's whole tree (a
     /// grandchild that keeps writing included) must go before the next holder enters.
     HolderKill,
+    /// SIGKILL the command of a holder in its section, not dlock (as `kill -9` of a job's
+    /// shell, or the OOM killer's choice): the rest of its tree (the grandchild writer) must
+    /// go before the next holder enters.
+    CommandKill,
     /// SIGSTOP a holder's `dlock run` for twice the ttl while its child keeps running.
     HolderStop,
     /// A holder's process clock jumps back an hour mid-section (libfaketime).
@@ -286,6 +290,7 @@ impl Fault {
     fn name(self) -> &'static str {
         match self {
             Fault::HolderKill => "holder-kill",
+            Fault::CommandKill => "command-kill",
             Fault::HolderStop => "holder-stop",
             Fault::ClockJump => "clock-jump",
             Fault::StoreStop => "store-stop",
@@ -379,7 +384,13 @@ impl Setup {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
                 faults: vec![
-                    HolderKill, HolderStop, ClockJump, WaiterKill, ClockRate, ForgetOne,
+                    HolderKill,
+                    CommandKill,
+                    HolderStop,
+                    ClockJump,
+                    WaiterKill,
+                    ClockRate,
+                    ForgetOne,
                 ],
                 min_ttl: short,
             },
@@ -389,6 +400,7 @@ impl Setup {
                 stores: Stores::Redis(redis(1)),
                 faults: vec![
                     HolderKill,
+                    CommandKill,
                     HolderStop,
                     ClockJump,
                     StoreStop,
@@ -1288,7 +1300,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let fault = setup.faults[n % setup.faults.len()];
         let began = mono_ns();
         let inj = match fault {
-            Fault::HolderKill => run.holder_kill_fault(n),
+            Fault::HolderKill | Fault::CommandKill => run.holder_kill_fault(n, fault),
             Fault::HolderStop | Fault::ClockJump => run.holder_fault(fault, n),
             Fault::ClockRate => run.clock_rate_fault(n, &setup),
             Fault::LostGrant => run.lost_grant_fault(n, &setup),
