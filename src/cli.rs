@@ -89,6 +89,15 @@ Environment of the command:
   DLOCK_PREVIOUS  how the lease before this one ended: none, released, or expired (its holder
                   died or lost it mid-work: check what it left behind)
 
+When the job ends (the job: the command and every process it started):
+  the command is killed, or dlock stops it (Ctrl-C, a signal dlock forwards, a lost lease,
+    --max-runtime): the rest of the job gets SIGTERM, SIGKILL one --kill-grace later; then
+    the lock is released
+  the command exits on its own and processes it started still run: the lock is held, and
+    renewed, until they exit (stderr names them); --leave-running releases at once instead
+  dlock itself is killed: its watchdog (`dlock-watchdog` in ps) stops the job the same way,
+    then releases the lock
+
 Exit codes:
   the command's own code when it ran; 128+N when it was killed by signal N
   64   usage: a bad flag, URL, duration or name
