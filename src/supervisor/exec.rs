@@ -52,8 +52,8 @@ pub struct Launch {
     errno: c_int,
 }
 
-/// How many variables dlock sends at the start (`spawn::vars`).
-pub const VARS: usize = 5;
+/// How many variables dlock sends at the start, at most (`spawn::vars`).
+pub const VARS: usize = 6;
 
 impl Launch {
     /// `command` as the user gave it; `room`: the most bytes the lease's variables can take;

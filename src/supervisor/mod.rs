@@ -36,6 +36,7 @@ use crate::events::{self, Events};
 use crate::exit::{Error, Result};
 use crate::output::Output;
 use crate::shard::Shards;
+use crate::store::Outcome;
 use crate::sys;
 use renew::Health;
 use signals::{FORWARDED, Signals};
@@ -96,7 +97,11 @@ pub async fn supervise_with(
     let job = match prepared.start(&lease, terminal.is_some()).await {
         Ok(job) => job,
         Err(e) => {
-            shards.release(&lease.req.names, &lease.req.token).await;
+            // The job never ran: its successor hears that it failed, with dlock's code.
+            let outcome = Outcome::Failed(Some(i32::from(e.code)));
+            shards
+                .release(&lease.req.names, &lease.req.token, outcome)
+                .await;
             return Err(e);
         }
     };

@@ -13,6 +13,7 @@ use crate::events;
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
 use crate::shard::Shards;
+use crate::store::Outcome;
 use crate::sys;
 
 impl Supervised<'_> {
@@ -30,9 +31,10 @@ impl Supervised<'_> {
         let overran = self.overrun_kill_at.is_some();
         let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
         let early = if plain {
+            let outcome = outcome(&status, false, false);
             Some(
                 self.shards
-                    .release(&self.lease.req.names, &self.lease.req.token)
+                    .release(&self.lease.req.names, &self.lease.req.token, outcome)
                     .await,
             )
         } else {
@@ -75,8 +77,9 @@ impl Supervised<'_> {
         let tally = match early {
             Some(tally) => tally,
             None => {
+                let outcome = outcome(&status, self.lost.is_some(), overran);
                 self.shards
-                    .release(&self.lease.req.names, &self.lease.req.token)
+                    .release(&self.lease.req.names, &self.lease.req.token, outcome)
                     .await
             }
         };
@@ -124,6 +127,35 @@ impl Supervised<'_> {
     }
 }
 
+/// How the job ended, for the next holder: clean only when the command exited 0 and nothing
+/// stopped it; otherwise the code dlock ends with (the command's, 128+signal, 124 for
+/// --max-runtime, 70 for a lost lease).
+fn outcome(
+    status: &std::io::Result<std::process::ExitStatus>,
+    lost: bool,
+    overran: bool,
+) -> Outcome {
+    let code = match status {
+        _ if lost => Some(ExitCode::LockLost.into()),
+        _ if overran => Some(ExitCode::TimedOut.into()),
+        Ok(s) => command_code(*s),
+        Err(_) => None,
+    };
+    match code {
+        Some(0) => Outcome::Released,
+        code => Outcome::Failed(code),
+    }
+}
+
+/// The command's own code, or 128+N when a signal ended it.
+fn command_code(status: std::process::ExitStatus) -> Option<i32> {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Some(code),
+        (None, Some(sig)) => Some(128 + sig),
+        _ => None,
+    }
+}
+
 /// The code dlock ends with once the command has ended and the lease is settled.
 fn exit_status(
     status: std::io::Result<std::process::ExitStatus>,
@@ -140,11 +172,7 @@ fn exit_status(
             ),
         ));
     }
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    })
+    Ok(command_code(status).unwrap_or(1))
 }
 
 /// The code a run ends with, for the `released` event.
