@@ -370,7 +370,11 @@ async fn grant_and_release(
     };
     let granted = bounded(limit, store.attempt(&req, false)).await;
     // Released whatever the answer: a grant whose answer was lost must not stay behind.
-    let released = bounded(limit, store.release(&req.names, &req.token, Outcome::Released)).await;
+    let released = bounded(
+        limit,
+        store.release(&req.names, &req.token, Outcome::Released),
+    )
+    .await;
     let (granted, recall) = granted?;
     *marked = recall.first().map(|r| r.marked);
     match granted {

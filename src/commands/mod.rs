@@ -169,7 +169,10 @@ pub async fn acquire_any(
             reqs.iter()
                 .enumerate()
                 .filter(move |(i, _)| Some(*i) != except)
-                .map(|(_, r)| ctx.shards.release(&r.names, &r.token, crate::store::Outcome::Withdrawn)),
+                .map(|(_, r)| {
+                    ctx.shards
+                        .release(&r.names, &r.token, crate::store::Outcome::Withdrawn)
+                }),
         )
     };
     let (won, r) = match ended {

@@ -32,8 +32,7 @@ pub use reach::{Outage, show as show_outage};
 
 use crate::store::{
     self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Outcome, Previous,
-    Store,
-    StoreError, StoreResult, StoreUrl,
+    Store, StoreError, StoreResult, StoreUrl,
 };
 
 /// How long a release waits for stragglers once a majority has released: long enough for a
@@ -516,8 +515,10 @@ impl Engine {
     /// given up): no job ran under it, so each store keeps its record of the last holder's
     /// end as it was (`Outcome::Withdrawn`).
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
-        self.fan_out(idx, |s| s.release(&req.names, &req.token, Outcome::Withdrawn))
-            .await;
+        self.fan_out(idx, |s| {
+            s.release(&req.names, &req.token, Outcome::Withdrawn)
+        })
+        .await;
     }
 
     /// Until `name` is free on a majority of stores (no live holder of any mode), without

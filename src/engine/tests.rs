@@ -113,10 +113,14 @@ async fn a_grant_whose_reply_was_lost_is_released() {
     assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
     assert_eq!(held_on(&m, &req).await, [false; 3]);
     // With m1 free a majority grants; m2's unheard grant is released with the lease.
-    m[1].release(&other.names, &other.token, Outcome::Released).await.unwrap();
+    m[1].release(&other.names, &other.token, Outcome::Released)
+        .await
+        .unwrap();
     let lease = engine.acquire(&req, Wait::No).await.expect("a majority");
     assert_eq!(held_on(&m, &req).await, [true; 3]);
-    engine.release(&lease.req.names, &lease.req.token, Outcome::Released).await;
+    engine
+        .release(&lease.req.names, &lease.req.token, Outcome::Released)
+        .await;
     assert_eq!(held_on(&m, &req).await, [false; 3]);
 }
 
@@ -186,7 +190,9 @@ async fn a_lagging_store_is_raised_before_the_fence_is_handed_out() {
         .expect("m0, m1");
     assert_eq!(first.grants[0].fence, ahead + 1);
     assert!(m[0].inspect("job").await.unwrap().fence > ahead);
-    engine.release(&names, &first.req.token, Outcome::Released).await;
+    engine
+        .release(&names, &first.req.token, Outcome::Released)
+        .await;
     // Now m0 and m2 (still at 100) grant: m0's raised counter keeps the fence rising.
     faulty[2].set(Fault::None);
     faulty[1].set(Fault::Error(ErrorKind::Unavailable));
@@ -328,7 +334,9 @@ async fn a_waiter_rides_out_an_outage_for_its_whole_budget() {
     }
     tokio::time::sleep(Duration::from_secs(20)).await;
     for s in &m {
-        s.release(&holder.names, &holder.token, Outcome::Released).await.unwrap();
+        s.release(&holder.names, &holder.token, Outcome::Released)
+            .await
+            .unwrap();
     }
     for f in &faulty {
         f.set(Fault::None);

@@ -497,8 +497,14 @@ pub async fn a_withdrawn_attempt_leaves_the_previous_end(subject: &Subject) {
     );
     // Queued: the withdrawn attempt waits behind the holder, and a third behind it.
     let (queued, behind) = (exclusive("job"), exclusive("job"));
-    assert!(attempt(&*t, &queued, true).await.is_none(), "granted past a holder");
-    assert!(attempt(&*s, &behind, true).await.is_none(), "granted past a holder");
+    assert!(
+        attempt(&*t, &queued, true).await.is_none(),
+        "granted past a holder"
+    );
+    assert!(
+        attempt(&*s, &behind, true).await.is_none(),
+        "granted past a holder"
+    );
     release_as(&*s, &holder, Outcome::Failed(Some(4))).await;
     let g = expect_granted(attempt(&*t, &queued, true).await, "the first waiter");
     assert_eq!(g[0].previous, Previous::Failed(Some(4)));

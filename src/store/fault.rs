@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Acquire, Attempt, ErrorKind, Listener, LockState, Outcome, Recall, Store, StoreError, StoreResult,
-    TagWrite,
+    Acquire, Attempt, ErrorKind, Listener, LockState, Outcome, Recall, Store, StoreError,
+    StoreResult, TagWrite,
 };
 
 /// What happens to a call.

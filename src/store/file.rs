@@ -27,8 +27,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Outcome, Previous,
-    Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
+    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Outcome,
+    Previous, Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
 };
 use crate::sys;
 

@@ -633,8 +633,7 @@ pub trait Store: Send + Sync {
 
     /// Release whatever `token` holds or has queued on `names`, and record how the lease
     /// ended (`Outcome`) in the same atomic operation. `Ok(true)` if it held any.
-    async fn release(&self, names: &[String], token: &str, outcome: Outcome)
-    -> StoreResult<bool>;
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool>;
 
     /// Drop every holder of `names`. `Ok(true)` if there was any.
     async fn force_release(&self, names: &[String]) -> StoreResult<bool>;

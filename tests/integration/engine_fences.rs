@@ -62,7 +62,9 @@ fn a_thousand_grants_through_kills_and_restarts_have_rising_fences() {
                 .acquire(&req, Wait::For(Duration::from_secs(5)))
                 .await
                 .unwrap();
-            engine.release(&req.names, &req.token, Outcome::Released).await;
+            engine
+                .release(&req.names, &req.token, Outcome::Released)
+                .await;
             lease.grants[0].fence
         });
         if let Some(&last) = fences.last() {

@@ -69,7 +69,12 @@ fn one_release_wakes_exactly_one_exclusive_waiter() {
             ));
             listeners.push(l);
         }
-        assert!(store.release(&holder.names, &holder.token, Outcome::Released).await.unwrap());
+        assert!(
+            store
+                .release(&holder.names, &holder.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
         let woken = join_all(listeners.iter_mut().map(|l| async move {
             let start = Instant::now();
             l.changed(Duration::from_millis(800)).await;

@@ -37,8 +37,8 @@ use tokio::time::Instant;
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Outcome, Store,
-    StoreError, StoreResult, TagWrite, Waiter,
+    Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Outcome, Store, StoreError,
+    StoreResult, TagWrite, Waiter,
 };
 use conn::{Endpoints, Resend};
 use layout::Layout;

@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use super::tls::Files;
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Outcome as End,
-    Severity, Store, StoreError, StoreResult, TagWrite,
+    Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Outcome as End, Severity,
+    Store, StoreError, StoreResult, TagWrite,
 };
 use rules::{GrantRequest, Outcome, Rows, Write};
 
@@ -370,7 +370,9 @@ impl<B: Backend> Store for SqlStore<B> {
             return Ok(held);
         }
         let held = self
-            .decide(names, false, |now, rows| rules::release(rows, now, token, outcome))
+            .decide(names, false, |now, rows| {
+                rules::release(rows, now, token, outcome)
+            })
             .await?;
         self.mark_unheard(token, false);
         Ok(held)

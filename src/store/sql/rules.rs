@@ -490,7 +490,10 @@ mod tests {
         grant(&mut rs, 20, &req("w", Mode::Exclusive, false));
         let (held, w) = release(&mut rs, 30, "w", End::Withdrawn);
         assert!(held);
-        assert!(!w.iter().any(|w| matches!(w, Write::Record { .. })), "{w:?}");
+        assert!(
+            !w.iter().any(|w| matches!(w, Write::Record { .. })),
+            "{w:?}"
+        );
         let (o, _) = grant(&mut rs, 40, &req("t2", Mode::Exclusive, false));
         let Outcome::Granted(g) = o else { panic!() };
         assert_eq!(g[0].previous, Previous::Failed(Some(2)));
