@@ -102,10 +102,7 @@ async fn a_grant_whose_reply_was_lost_is_released() {
     let m = stores();
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let other = request(TTL);
-    assert!(matches!(
-        m[1].try_acquire(&other, false).await.unwrap(),
-        Attempt::Granted(_)
-    ));
+    granted_on(&m[1], &other).await;
     faulty[2].set_for(Op::Acquire, Fault::LoseReply);
     // m0 grants, m1 is busy, m2 grants unheard: no majority, so both grants go back.
     let req = request(TTL);
@@ -306,10 +303,7 @@ async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
 async fn held_by_another(m: &[MemoryStore]) -> Acquire {
     let holder = request(TTL);
     for s in m {
-        assert!(matches!(
-            s.try_acquire(&holder, false).await.unwrap(),
-            Attempt::Granted(_)
-        ));
+        granted_on(s, &holder).await;
     }
     holder
 }
@@ -443,14 +437,17 @@ async fn a_misconfigured_store_is_not_ridden_out() {
     assert!(!queued(&m[0], &req).await, "left queued");
 }
 
+/// Grant `req` on one store alone, past the engine.
+async fn granted_on(m: &MemoryStore, req: &Acquire) {
+    let r = m.try_acquire(req, false).await.unwrap();
+    assert!(matches!(r, Attempt::Granted(_)), "{r:?}");
+}
+
 /// Give `req` a lease on one store alone and release it with `outcome`, so that the store
 /// remembers that end.
 async fn ended_on(m: &MemoryStore, outcome: Outcome) {
     let req = request(TTL);
-    assert!(matches!(
-        m.try_acquire(&req, false).await.unwrap(),
-        Attempt::Granted(_)
-    ));
+    granted_on(m, &req).await;
     assert!(m.release(&req.names, &req.token, outcome).await.unwrap());
 }
 
@@ -470,10 +467,7 @@ async fn a_quorum_tells_the_worst_previous_end_with_its_status() {
         .await;
     // A lease that ran out on one member outweighs a clean end on the others.
     let lost = request(Duration::from_secs(1));
-    assert!(matches!(
-        m[1].try_acquire(&lost, false).await.unwrap(),
-        Attempt::Granted(_)
-    ));
+    granted_on(&m[1], &lost).await;
     tokio::time::advance(Duration::from_secs(2)).await;
     let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
     assert_eq!(super::previous(&lease), Previous::Expired);
@@ -491,10 +485,7 @@ async fn a_withdrawn_attempt_on_a_quorum_leaves_the_previous_end() {
         .await;
     // m1 is busy, m2 grants unheard: m0's grant and m2's are given back.
     let blocker = request(TTL);
-    assert!(matches!(
-        m[1].try_acquire(&blocker, false).await.unwrap(),
-        Attempt::Granted(_)
-    ));
+    granted_on(&m[1], &blocker).await;
     faulty[2].set_for(Op::Acquire, Fault::LoseReply);
     let req = request(TTL);
     let r = engine.acquire(&req, Wait::No).await;

@@ -12,7 +12,7 @@ use crate::engine::Lease;
 use crate::events;
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
-use crate::shard::Shards;
+use crate::shard::{Shards, Tallies};
 use crate::store::Outcome;
 use crate::sys;
 
@@ -30,15 +30,9 @@ impl Supervised<'_> {
         // the lease.
         let overran = self.overrun_kill_at.is_some();
         let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
-        let early = if plain {
-            let outcome = outcome(&status, false, false);
-            Some(
-                self.shards
-                    .release(&self.lease.req.names, &self.lease.req.token, outcome)
-                    .await,
-            )
-        } else {
-            None
+        let early = match plain {
+            true => Some(self.release(outcome(&status, false, false)).await),
+            false => None,
         };
         // The status may have come from the watchdog's last word: it is exiting; reap it, so
         // that dlock never ends before its watchdog.
@@ -77,31 +71,12 @@ impl Supervised<'_> {
         let tally = match early {
             Some(tally) => tally,
             None => {
-                let outcome = outcome(&status, self.lost.is_some(), overran);
-                self.shards
-                    .release(&self.lease.req.names, &self.lease.req.token, outcome)
+                self.release(outcome(&status, self.lost.is_some(), overran))
                     .await
             }
         };
-        if tally.errors().next().is_some() && self.lost.is_none() {
-            // A store that was down all along is no news; a release that left the lease held
-            // on a majority (until its ttl) is.
-            let report = if self.shards.confirmed(&tally) {
-                Output::debug
-            } else {
-                Output::warn
-            };
-            report(
-                self.out,
-                &format!(
-                    "could not release on every store (the lease will expire there): {}",
-                    tally
-                        .errors()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            );
+        if self.lost.is_none() {
+            self.report_unreleased(&tally);
         }
         if self.lost.is_some() {
             // The loss was said when it happened, once; the exit code says the rest.
@@ -114,6 +89,33 @@ impl Supervised<'_> {
             &ended,
         );
         ended
+    }
+
+    /// Release the lease, telling the stores how the job ended for its successor.
+    async fn release(&self, outcome: Outcome) -> Tallies {
+        let req = &self.lease.req;
+        self.shards.release(&req.names, &req.token, outcome).await
+    }
+
+    /// Say which stores the release did not reach: a store that was down all along is no
+    /// news; a release that left the lease held on a majority (until its ttl) is.
+    fn report_unreleased(&self, tally: &Tallies) {
+        if tally.errors().next().is_none() {
+            return;
+        }
+        let report = if self.shards.confirmed(tally) {
+            Output::debug
+        } else {
+            Output::warn
+        };
+        let errors: Vec<String> = tally.errors().map(|e| e.to_string()).collect();
+        report(
+            self.out,
+            &format!(
+                "could not release on every store (the lease will expire there): {}",
+                errors.join("; ")
+            ),
+        );
     }
 
     /// The `released` event: how the run ended, and `what` became of the lease.

@@ -24,11 +24,28 @@ fn redis() -> Env {
 fn told(env: &Env, name: &str) -> String {
     let mut c = env.cmd();
     c.env("DLOCK_PREVIOUS_EXIT", "99");
-    c.args(["run", name, "-w", "20s", "--", "sh", "-c"])
-        .arg(r#"echo "$DLOCK_PREVIOUS ${DLOCK_PREVIOUS_EXIT--}""#);
+    c.args(["run", name, "-w", "20s", "--", "sh", "-c", TELL]);
     let o = output_within(c, Duration::from_secs(60));
     assert_code(&o, 0);
     stdout(&o)
+}
+
+/// What the child prints: "DLOCK_PREVIOUS DLOCK_PREVIOUS_EXIT", "-" for unset.
+const TELL: &str = r#"echo "$DLOCK_PREVIOUS ${DLOCK_PREVIOUS_EXIT--}""#;
+
+/// `c` (dlock with its global flags) running a next holder of `name` that prints what it is
+/// told, started and seen waiting for the lock (its `waiting` event).
+fn waiter(mut c: std::process::Command, env: &Env, name: &str) -> std::process::Child {
+    let events = env.path(&format!("{name}.events"));
+    c.args(["run", name, "-w", "60s", "--events"])
+        .arg(&events)
+        .args(["--", "sh", "-c", TELL])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = c.spawn().expect("spawn dlock");
+    assert!(wait_for(Duration::from_secs(10), || read(&events)
+        .contains("waiting")));
+    child
 }
 
 /// A run that ends with `script`, and the code dlock ended with.
@@ -113,21 +130,7 @@ fn a_lock_left_to_expire_is_told_expired(env: &Env) {
 /// its own clean end is what the one after it hears.
 fn a_waiter_through_an_expiry_is_told_expired(env: &Env) {
     assert_code(&env.run(&["lock", "gone", "--ttl", "2s"]), 0);
-    let events = env.path("gone.events");
-    let waiter = env.spawn(&[
-        "run",
-        "gone",
-        "-w",
-        "20s",
-        "--events",
-        &events.display().to_string(),
-        "--",
-        "sh",
-        "-c",
-        r#"echo "$DLOCK_PREVIOUS ${DLOCK_PREVIOUS_EXIT--}""#,
-    ]);
-    assert!(wait_for(Duration::from_secs(10), || read(&events)
-        .contains("waiting")));
+    let waiter = waiter(env.cmd(), env, "gone");
     let o = finish(waiter, Duration::from_secs(30));
     assert_code(&o, 0);
     assert_eq!(stdout(&o), "expired -");
@@ -145,21 +148,7 @@ fn a_waiter_is_told_how_the_holder_before_it_failed(env: &Env) {
     );
     let holder = env.spawn_run(&["queued"], &script);
     assert!(wait_for(Duration::from_secs(10), || started.exists()));
-    let events = env.path("queued.events");
-    let waiter = env.spawn(&[
-        "run",
-        "queued",
-        "-w",
-        "20s",
-        "--events",
-        &events.display().to_string(),
-        "--",
-        "sh",
-        "-c",
-        r#"echo "$DLOCK_PREVIOUS ${DLOCK_PREVIOUS_EXIT--}""#,
-    ]);
-    assert!(wait_for(Duration::from_secs(10), || read(&events)
-        .contains("waiting")));
+    let waiter = waiter(env.cmd(), env, "queued");
     std::fs::write(&go, "").unwrap();
     assert_code(&finish(holder, Duration::from_secs(20)), 3);
     let o = finish(waiter, Duration::from_secs(30));
@@ -202,37 +191,11 @@ on_file_and_redis!(
 fn a_waiter_that_rode_out_a_freeze_is_told_expired_not_released() {
     let redis = RedisServer::start();
     let env = Env::with_stores(vec![redis.url()]);
-    let run = |args: &[&str]| {
-        let mut c = env.cmd();
-        c.args(["--store-timeout", "1s"]).args(args);
-        c
-    };
-    assert_code(
-        &output_within(
-            run(&["lock", "job", "--ttl", "2s"]),
-            Duration::from_secs(20),
-        ),
-        0,
-    );
-    let events = env.path("events");
-    let mut waiter = run(&[
-        "run",
-        "job",
-        "-w",
-        "60s",
-        "--events",
-        &events.display().to_string(),
-        "--",
-        "sh",
-        "-c",
-        r#"echo "$DLOCK_PREVIOUS ${DLOCK_PREVIOUS_EXIT--}""#,
-    ]);
-    waiter
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let waiter = waiter.spawn().unwrap();
-    assert!(wait_for(Duration::from_secs(10), || read(&events)
-        .contains("waiting")));
+    // The holder's lease is on Redis alone; the waiter gives up on each call after 1 s.
+    assert_code(&env.run(&["lock", "job", "--ttl", "2s"]), 0);
+    let mut c = env.cmd();
+    c.args(["--store-timeout", "1s"]);
+    let waiter = waiter(c, &env, "job");
     redis.pause();
     // The freeze itself, longer than what is left of the holder's lease.
     std::thread::sleep(Duration::from_secs(4));
