@@ -26,7 +26,7 @@ use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use dlock::engine::{Engine, Wait};
-use dlock::store::{Acquire, Mode, StoreUrl, url};
+use dlock::store::{Acquire, Mode, Outcome, StoreUrl, url};
 
 /// A fresh request for `name`, exclusive, with a 30 s ttl.
 fn exclusive(name: &str, meta: &str) -> Acquire {
@@ -53,7 +53,9 @@ fn measure(rt: &tokio::runtime::Runtime, urls: &[StoreUrl], rounds: usize) -> Ve
                 .acquire(&req, Wait::No)
                 .await
                 .expect("uncontended acquire");
-            engine.release(&req.names, &req.token).await;
+            engine
+                .release(&req.names, &req.token, Outcome::Released)
+                .await;
             // The first tenth warms connections and script caches.
             if i >= rounds / 10 {
                 times.push(start.elapsed());
@@ -95,7 +97,9 @@ fn handoff(
                             tokio::time::sleep(hold).await;
                         }
                         *released.lock().unwrap() = Some(Instant::now());
-                        engine.release(&req.names, &req.token).await;
+                        engine
+                            .release(&req.names, &req.token, Outcome::Released)
+                            .await;
                     }
                 })
             })

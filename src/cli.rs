@@ -86,8 +86,11 @@ Environment of the command:
   DLOCK_FENCE     the fencing token: an integer that rises with every grant of the name; pass
                   it to the storage you write to and refuse writes with an older one
   DLOCK_FENCES    name=fence for every name held, comma-separated (multilock)
-  DLOCK_PREVIOUS  how the lease before this one ended: none, released, or expired (its holder
-                  died or lost it mid-work: check what it left behind)
+  DLOCK_PREVIOUS  how the lease before this one ended: none; released (its command exited 0);
+                  failed (a non-zero exit, a signal, a stop by dlock); or expired (its holder
+                  vanished mid-work): clean up after anything but released or none
+  DLOCK_PREVIOUS_EXIT  after failed, the code that run ended with (3, 137 for SIGKILL, 124
+                  for --max-runtime, 70 for a lost lock), when known; unset otherwise
 
 When the job ends (the job: the command and every process it started):
   the command is killed, or dlock stops it (Ctrl-C, a signal dlock forwards, a lost lease,

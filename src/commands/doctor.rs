@@ -22,7 +22,7 @@ mod memory;
 use crate::cli::DoctorArgs;
 use crate::exit::{Error, ExitCode, Result};
 use crate::store::{
-    Acquire, Attempt, ErrorKind, Finding, HealthQuery, Mode, Severity, Store, StoreError,
+    Acquire, Attempt, ErrorKind, Finding, HealthQuery, Mode, Outcome, Severity, Store, StoreError,
 };
 
 /// What one store showed.
@@ -370,7 +370,11 @@ async fn grant_and_release(
     };
     let granted = bounded(limit, store.attempt(&req, false)).await;
     // Released whatever the answer: a grant whose answer was lost must not stay behind.
-    let released = bounded(limit, store.release(&req.names, &req.token)).await;
+    let released = bounded(
+        limit,
+        store.release(&req.names, &req.token, Outcome::Released),
+    )
+    .await;
     let (granted, recall) = granted?;
     *marked = recall.first().map(|r| r.marked);
     match granted {

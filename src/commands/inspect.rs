@@ -156,7 +156,8 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
             "holders": merged.holders,
             "waiters": merged.waiters,
             "fence": merged.fence,
-            "previous": merged.previous.as_str(),
+            "previous": merged.previous,
+            "previous_exit": merged.previous.exit(),
             "quorum": {
                 "stores": results.len(),
                 "need": need,
@@ -216,7 +217,7 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
         }
     }
     out.line(&format!("  fence     {}", merged.fence));
-    out.line(&format!("  previous  {}", merged.previous.as_str()));
+    out.line(&format!("  previous  {}", merged.previous));
     if !merged.waiters.is_empty() {
         let w: Vec<String> = merged
             .waiters

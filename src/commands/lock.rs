@@ -33,7 +33,8 @@ pub fn print_token(ctx: &Ctx, lease: &Lease) {
     if ctx.out.json {
         let mut v = json!({
             "token": req.token,
-            "previous": previous(lease).as_str(),
+            "previous": previous(lease),
+            "previous_exit": previous(lease).exit(),
             "ttl_ms": millis(req.ttl),
             "mode": super::mode_json(req),
         });
@@ -53,7 +54,7 @@ pub fn print_token(ctx: &Ctx, lease: &Lease) {
             "locked {} (fence {}, previous {}, ttl {}); release with: dlock unlock NAME --token TOKEN",
             req.names.join(", "),
             f.join(", "),
-            previous(lease).as_str(),
+            previous(lease),
             humantime::format_duration(req.ttl)
         ));
     }

@@ -169,7 +169,10 @@ pub async fn acquire_any(
             reqs.iter()
                 .enumerate()
                 .filter(move |(i, _)| Some(*i) != except)
-                .map(|(_, r)| ctx.shards.release(&r.names, &r.token)),
+                .map(|(_, r)| {
+                    ctx.shards
+                        .release(&r.names, &r.token, crate::store::Outcome::Withdrawn)
+                }),
         )
     };
     let (won, r) = match ended {
@@ -204,7 +207,8 @@ pub async fn acquire_any(
             events::with(
                 events::fences(&fences),
                 json!({
-                    "previous": previous(lease).as_str(),
+                    "previous": previous(lease),
+                    "previous_exit": previous(lease).exit(),
                     "mode": mode_json(req),
                     "ttl_ms": millis(req.ttl),
                     "waited_ms": waiting.waited().map_or(0, millis),

@@ -9,7 +9,7 @@ use crate::cli::UnlockArgs;
 use crate::engine::EngineError;
 use crate::exit::{Error, Result};
 use crate::meta;
-use crate::store::LockState;
+use crate::store::{LockState, Outcome};
 
 pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
     let names = vec![args.name.clone()];
@@ -22,7 +22,8 @@ pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
     };
     let engine = ctx.shards.engine(&args.name);
     let tally = match &args.token {
-        Some(token) => engine.release(&names, token).await,
+        // A script's own release: its work ended as it meant it to.
+        Some(token) => engine.release(&names, token, Outcome::Released).await,
         None => engine.force_release(&names).await,
     };
     let released = match engine.verdict(tally) {

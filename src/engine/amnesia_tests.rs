@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Engine, EngineError, Wait, previous};
 use crate::store::memory::MemoryStore;
-use crate::store::{Acquire, Mode, Previous, Store};
+use crate::store::{Acquire, Mode, Outcome, Previous, Store};
 
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -85,7 +85,8 @@ async fn members_that_forgot_vote_again_once_the_lease_they_lost_is_released() {
     m[1].forget();
     let r = e.acquire(&request(Duration::from_secs(30)), Wait::No).await;
     assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
-    e.release(&a.req.names, &a.req.token).await;
+    e.release(&a.req.names, &a.req.token, Outcome::Released)
+        .await;
     let t = Instant::now();
     let b = e
         .acquire(&request(Duration::from_secs(30)), Wait::No)
@@ -121,7 +122,8 @@ async fn a_single_store_that_forgot_still_hands_out_higher_fences() {
             .await
             .expect("held");
         top = top.max(l.grants[0].fence);
-        e.release(&l.req.names, &l.req.token).await;
+        e.release(&l.req.names, &l.req.token, Outcome::Released)
+            .await;
     }
     m[0].forget();
     // A restart takes real time; the floor is the store's wall clock in whole milliseconds.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::store::{
-    Acquire, Attempt, Listener, LockState, Store, StoreError, StoreResult, TagWrite,
+    Acquire, Attempt, Listener, LockState, Outcome, Store, StoreError, StoreResult, TagWrite,
 };
 
 /// A store that could not be opened: every call fails with the reason it could not.
@@ -32,7 +32,7 @@ impl Store for Down {
     async fn renew(&self, _: &[String], _: &str, _: Duration) -> StoreResult<bool> {
         self.err()
     }
-    async fn release(&self, _: &[String], _: &str) -> StoreResult<bool> {
+    async fn release(&self, _: &[String], _: &str, _: Outcome) -> StoreResult<bool> {
         self.err()
     }
     async fn force_release(&self, _: &[String]) -> StoreResult<bool> {

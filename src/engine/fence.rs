@@ -8,7 +8,9 @@
 use crate::store::{Granted, Previous};
 
 /// Per name: the highest fence among the grants, and how the previous lease ended (the most
-/// pessimistic answer wins: a child told "expired" re-checks its work, which is always safe).
+/// pessimistic answer wins, `Previous`'s order: expired over failed over released over none,
+/// and a failed end with its status over one without; a child told "expired" re-checks its
+/// work, which is always safe).
 pub fn merge(grants: &[&[Granted]]) -> Vec<Granted> {
     let Some(first) = grants.first() else {
         return Vec::new();
@@ -51,5 +53,16 @@ mod tests {
         assert_eq!(m, vec![g(9, Previous::Expired), g(1, Previous::None)]);
         assert!(behind(&a, &m));
         assert!(!behind(&b, &m));
+    }
+
+    #[test]
+    fn a_failed_end_outweighs_a_clean_one_and_keeps_its_status() {
+        let a = [g(5, Previous::Failed(Some(3)))];
+        let b = [g(5, Previous::Failed(None))];
+        let c = [g(5, Previous::Released)];
+        let m = merge(&[&b, &a, &c]);
+        assert_eq!(m[0].previous, Previous::Failed(Some(3)));
+        let d = [g(5, Previous::Expired)];
+        assert_eq!(merge(&[&a, &d])[0].previous, Previous::Expired);
     }
 }

@@ -31,8 +31,8 @@ use reach::Reach;
 pub use reach::{Outage, show as show_outage};
 
 use crate::store::{
-    self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Previous, Store,
-    StoreError, StoreResult, StoreUrl,
+    self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Outcome, Previous,
+    Store, StoreError, StoreResult, StoreUrl,
 };
 
 /// How long a release waits for stragglers once a majority has released: long enough for a
@@ -511,9 +511,14 @@ impl Engine {
             .count()
     }
 
+    /// Give back an attempt that did not become a lease (too few grants, granted too late,
+    /// given up): no job ran under it, so each store keeps its record of the last holder's
+    /// end as it was (`Outcome::Withdrawn`).
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
-        self.fan_out(idx, |s| s.release(&req.names, &req.token))
-            .await;
+        self.fan_out(idx, |s| {
+            s.release(&req.names, &req.token, Outcome::Withdrawn)
+        })
+        .await;
     }
 
     /// Until `name` is free on a majority of stores (no live holder of any mode), without
@@ -653,13 +658,13 @@ impl Engine {
     }
 
     /// Owner-checked release on every store (also those where the lease was not granted: a
-    /// queued entry or a grant whose answer was lost is cleaned up too).
-    pub async fn release(&self, names: &[String], token: &str) -> Tally {
+    /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
+    pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
         let need = self.majority();
         self.tally(
             self.fan_out_until(
                 &self.all(),
-                |s| s.release(names, token),
+                |s| s.release(names, token, outcome),
                 |done| yes(done) >= need,
                 RELEASE_LINGER,
             )

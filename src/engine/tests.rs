@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{Engine, EngineError, Wait, timing};
 use crate::store::fault::{Fault, FaultyStore, Op};
 use crate::store::memory::MemoryStore;
-use crate::store::{Acquire, Attempt, ErrorKind, Mode, Store};
+use crate::store::{Acquire, Attempt, ErrorKind, Mode, Outcome, Previous, Store};
 
 const TTL: Duration = Duration::from_secs(30);
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -102,10 +102,7 @@ async fn a_grant_whose_reply_was_lost_is_released() {
     let m = stores();
     let (engine, faulty) = client(&m, STORE_TIMEOUT);
     let other = request(TTL);
-    assert!(matches!(
-        m[1].try_acquire(&other, false).await.unwrap(),
-        Attempt::Granted(_)
-    ));
+    granted_on(&m[1], &other).await;
     faulty[2].set_for(Op::Acquire, Fault::LoseReply);
     // m0 grants, m1 is busy, m2 grants unheard: no majority, so both grants go back.
     let req = request(TTL);
@@ -113,10 +110,14 @@ async fn a_grant_whose_reply_was_lost_is_released() {
     assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
     assert_eq!(held_on(&m, &req).await, [false; 3]);
     // With m1 free a majority grants; m2's unheard grant is released with the lease.
-    m[1].release(&other.names, &other.token).await.unwrap();
+    m[1].release(&other.names, &other.token, Outcome::Released)
+        .await
+        .unwrap();
     let lease = engine.acquire(&req, Wait::No).await.expect("a majority");
     assert_eq!(held_on(&m, &req).await, [true; 3]);
-    engine.release(&lease.req.names, &lease.req.token).await;
+    engine
+        .release(&lease.req.names, &lease.req.token, Outcome::Released)
+        .await;
     assert_eq!(held_on(&m, &req).await, [false; 3]);
 }
 
@@ -186,7 +187,9 @@ async fn a_lagging_store_is_raised_before_the_fence_is_handed_out() {
         .expect("m0, m1");
     assert_eq!(first.grants[0].fence, ahead + 1);
     assert!(m[0].inspect("job").await.unwrap().fence > ahead);
-    engine.release(&names, &first.req.token).await;
+    engine
+        .release(&names, &first.req.token, Outcome::Released)
+        .await;
     // Now m0 and m2 (still at 100) grant: m0's raised counter keeps the fence rising.
     faulty[2].set(Fault::None);
     faulty[1].set(Fault::Error(ErrorKind::Unavailable));
@@ -300,10 +303,7 @@ async fn a_waiter_that_gives_up_leaves_no_queue_entry() {
 async fn held_by_another(m: &[MemoryStore]) -> Acquire {
     let holder = request(TTL);
     for s in m {
-        assert!(matches!(
-            s.try_acquire(&holder, false).await.unwrap(),
-            Attempt::Granted(_)
-        ));
+        granted_on(s, &holder).await;
     }
     holder
 }
@@ -328,7 +328,9 @@ async fn a_waiter_rides_out_an_outage_for_its_whole_budget() {
     }
     tokio::time::sleep(Duration::from_secs(20)).await;
     for s in &m {
-        s.release(&holder.names, &holder.token).await.unwrap();
+        s.release(&holder.names, &holder.token, Outcome::Released)
+            .await
+            .unwrap();
     }
     for f in &faulty {
         f.set(Fault::None);
@@ -433,4 +435,94 @@ async fn a_misconfigured_store_is_not_ridden_out() {
         broke.elapsed()
     );
     assert!(!queued(&m[0], &req).await, "left queued");
+}
+
+/// Grant `req` on one store alone, past the engine.
+async fn granted_on(m: &MemoryStore, req: &Acquire) {
+    let r = m.try_acquire(req, false).await.unwrap();
+    assert!(matches!(r, Attempt::Granted(_)), "{r:?}");
+}
+
+/// Give `req` a lease on one store alone and release it with `outcome`, so that the store
+/// remembers that end.
+async fn ended_on(m: &MemoryStore, outcome: Outcome) {
+    let req = request(TTL);
+    granted_on(m, &req).await;
+    assert!(m.release(&req.names, &req.token, outcome).await.unwrap());
+}
+
+/// Over a quorum the next holder hears the worst of the members' answers, and of a failed
+/// end the status some member kept: expired over failed over released over none.
+#[tokio::test(start_paused = true)]
+async fn a_quorum_tells_the_worst_previous_end_with_its_status() {
+    let m = stores();
+    let (engine, _) = client(&m, STORE_TIMEOUT);
+    ended_on(&m[0], Outcome::Released).await;
+    ended_on(&m[1], Outcome::Failed(None)).await;
+    ended_on(&m[2], Outcome::Failed(Some(3))).await;
+    let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
+    assert_eq!(super::previous(&lease), Previous::Failed(Some(3)));
+    engine
+        .release(&lease.req.names, &lease.req.token, Outcome::Released)
+        .await;
+    // A lease that ran out on one member outweighs a clean end on the others.
+    let lost = request(Duration::from_secs(1));
+    granted_on(&m[1], &lost).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
+    assert_eq!(super::previous(&lease), Previous::Expired);
+}
+
+/// An attempt that fails to win a majority is given back as withdrawn: on the stores that
+/// granted it (heard or not) the record still tells how the last holder ended.
+#[tokio::test(start_paused = true)]
+async fn a_withdrawn_attempt_on_a_quorum_leaves_the_previous_end() {
+    let m = stores();
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
+    engine
+        .release(&lease.req.names, &lease.req.token, Outcome::Failed(Some(2)))
+        .await;
+    // m1 is busy, m2 grants unheard: m0's grant and m2's are given back.
+    let blocker = request(TTL);
+    granted_on(&m[1], &blocker).await;
+    faulty[2].set_for(Op::Acquire, Fault::LoseReply);
+    let req = request(TTL);
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    assert_eq!(held_on(&m, &req).await, [false; 3]);
+    for i in [0, 2] {
+        let st = m[i].inspect("job").await.unwrap();
+        assert_eq!(st.previous, Previous::Failed(Some(2)), "m{i}");
+    }
+    m[1].release(&blocker.names, &blocker.token, Outcome::Withdrawn)
+        .await
+        .unwrap();
+    faulty[2].set(Fault::None);
+    let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
+    assert_eq!(super::previous(&lease), Previous::Failed(Some(2)));
+}
+
+/// The holder vanished and its lease ran out while a waiter's answers came too late to
+/// count (a store that froze): the waiter's late grants are withdrawn, and the next grant
+/// still hears that the lease before expired, not that it was released (issue 36).
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_given_back_leaves_the_expiry_on_record() {
+    let m = stores();
+    let (holder, _) = client(&m, STORE_TIMEOUT);
+    let ttl = Duration::from_secs(1);
+    holder.acquire(&request(ttl), Wait::No).await.expect("free");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let (engine, faulty) = client(&m, Duration::from_secs(5));
+    faulty[1].set_for(Op::Acquire, Fault::Delay(Duration::from_millis(995)));
+    // Applied, unheard: every store grants, so each must keep the expiry it saw.
+    faulty[2].set_for(Op::Acquire, Fault::LoseReply);
+    let late = request(ttl);
+    let r = engine.acquire(&late, Wait::No).await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    for f in &faulty {
+        f.set(Fault::None);
+    }
+    let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
+    assert_eq!(super::previous(&lease), Previous::Expired);
 }

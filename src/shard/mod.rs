@@ -21,7 +21,7 @@ use futures_util::future::join_all;
 use tokio::time::{Instant, sleep};
 
 use crate::engine::{Engine, EngineError, Lease, Tally, Wait, timing};
-use crate::store::{Acquire, StoreError, StoreUrl};
+use crate::store::{Acquire, Outcome, StoreError, StoreUrl};
 
 pub struct Shard {
     /// The shard's stores as messages show them (secrets redacted), sorted, comma-separated:
@@ -198,7 +198,9 @@ impl Shards {
                                 // An earlier group was lost while waiting: start over, and
                                 // leave no queue entry behind on this shard.
                                 drop(taking);
-                                engine.release(&sub.names, &sub.token).await;
+                                engine
+                                    .release(&sub.names, &sub.token, Outcome::Withdrawn)
+                                    .await;
                                 self.release_parts(&held, &req.token).await;
                                 continue 'attempt;
                             }
@@ -217,11 +219,14 @@ impl Shards {
         }
     }
 
+    /// Give back the parts of an attempt that did not get every shard: it was never held
+    /// as a whole, so no job ended (`Outcome::Withdrawn`).
     async fn release_parts(&self, held: &[(usize, Lease)], token: &str) {
-        join_all(
-            held.iter()
-                .map(|(i, l)| self.shards[*i].engine.release(&l.req.names, token)),
-        )
+        join_all(held.iter().map(|(i, l)| {
+            self.shards[*i]
+                .engine
+                .release(&l.req.names, token, Outcome::Withdrawn)
+        }))
         .await;
     }
 
@@ -256,15 +261,16 @@ impl Shards {
         r
     }
 
-    /// Owner-checked release on every shard `names` live on.
-    pub async fn release(&self, names: &[String], token: &str) -> Tallies {
+    /// Owner-checked release on every shard `names` live on, recording `outcome`.
+    pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
         if self.shards.len() == 1 {
-            return Tallies(vec![(0, self.shards[0].engine.release(names, token).await)]);
+            let tally = self.shards[0].engine.release(names, token, outcome).await;
+            return Tallies(vec![(0, tally)]);
         }
         let groups = self.groups(names);
         let each = groups
             .iter()
-            .map(|(i, g)| self.shards[*i].engine.release(g, token));
+            .map(|(i, g)| self.shards[*i].engine.release(g, token, outcome));
         Tallies::of(&groups, join_all(each).await)
     }
 

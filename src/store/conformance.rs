@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{Acquire, Attempt, Granted, Mode, Previous, Store};
+use super::{Acquire, Attempt, Granted, Mode, Outcome, Previous, Store};
 
 /// What one store offers beyond the common contract.
 #[derive(Clone, Copy, Debug)]
@@ -140,9 +140,13 @@ async fn busy(s: &dyn Store, req: &Acquire, why: &str) {
 }
 
 async fn release(s: &dyn Store, req: &Acquire) -> bool {
-    within(s.release(&req.names, &req.token))
+    release_as(s, req, Outcome::Released).await
+}
+
+async fn release_as(s: &dyn Store, req: &Acquire, outcome: Outcome) -> bool {
+    within(s.release(&req.names, &req.token, outcome))
         .await
-        .unwrap_or_else(|e| panic!("release: {e}"))
+        .unwrap_or_else(|e| panic!("release ({outcome:?}): {e}"))
 }
 
 async fn renew(s: &dyn Store, req: &Acquire, ttl: Duration) -> bool {
@@ -438,6 +442,82 @@ pub async fn previous_reads_released_then_expired(subject: &Subject) {
     assert_eq!(inspect(&*s, "job").await.previous, Previous::Released);
 }
 
+/// A lease given back after its job failed is reported so to the next grant, with the
+/// status when known, and by `inspect`; a clean end after it reads as released again.
+pub async fn previous_tells_a_failed_end_and_its_status(subject: &Subject) {
+    let s = subject.client(&namespace("failed")).await;
+    let first = exclusive("job");
+    grant(&*s, &first).await;
+    assert!(release_as(&*s, &first, Outcome::Failed(Some(3))).await);
+    assert_eq!(
+        inspect(&*s, "job").await.previous,
+        Previous::Failed(Some(3))
+    );
+    let second = exclusive("job");
+    assert_eq!(
+        grant(&*s, &second).await[0].previous,
+        Previous::Failed(Some(3))
+    );
+    release_as(&*s, &second, Outcome::Failed(None)).await;
+    let third = exclusive("job");
+    assert_eq!(grant(&*s, &third).await[0].previous, Previous::Failed(None));
+    release(&*s, &third).await;
+    assert_eq!(
+        grant(&*s, &exclusive("job")).await[0].previous,
+        Previous::Released
+    );
+}
+
+/// A waiter's attempt given back (`Outcome::Withdrawn`: granted too late, or not by a
+/// majority) is no holder's end: the next grant still hears how the last holder ended.
+/// Once for a plain grant, once for one that was queued behind the holder and had another
+/// waiter queued behind it in turn (a queue store may hand the lock over on a release).
+pub async fn a_withdrawn_attempt_leaves_the_previous_end(subject: &Subject) {
+    let ns = namespace("withdrawn");
+    let (s, t) = (subject.client(&ns).await, subject.client(&ns).await);
+    let holder = exclusive("job");
+    grant(&*s, &holder).await;
+    release_as(&*s, &holder, Outcome::Failed(Some(2))).await;
+    let withdrawn = exclusive("job");
+    assert_eq!(
+        grant(&*t, &withdrawn).await[0].previous,
+        Previous::Failed(Some(2))
+    );
+    release_as(&*t, &withdrawn, Outcome::Withdrawn).await;
+    assert_eq!(
+        inspect(&*s, "job").await.previous,
+        Previous::Failed(Some(2)),
+        "a withdrawn attempt overwrote the last holder's end"
+    );
+    let holder = exclusive("job");
+    assert_eq!(
+        grant(&*s, &holder).await[0].previous,
+        Previous::Failed(Some(2)),
+        "a withdrawn attempt overwrote the last holder's end"
+    );
+    // Queued: the withdrawn attempt waits behind the holder, and a third behind it.
+    let (queued, behind) = (exclusive("job"), exclusive("job"));
+    assert!(
+        attempt(&*t, &queued, true).await.is_none(),
+        "granted past a holder"
+    );
+    assert!(
+        attempt(&*s, &behind, true).await.is_none(),
+        "granted past a holder"
+    );
+    release_as(&*s, &holder, Outcome::Failed(Some(4))).await;
+    let g = expect_granted(attempt(&*t, &queued, true).await, "the first waiter");
+    assert_eq!(g[0].previous, Previous::Failed(Some(4)));
+    release_as(&*t, &queued, Outcome::Withdrawn).await;
+    let g = expect_granted(attempt(&*s, &behind, true).await, "the second waiter");
+    assert_eq!(
+        g[0].previous,
+        Previous::Failed(Some(4)),
+        "a withdrawn attempt (queued) overwrote the last holder's end"
+    );
+    release(&*s, &behind).await;
+}
+
 /// Several names are granted together or not at all: a busy one leaves the others untouched.
 pub async fn names_are_granted_all_or_none(subject: &Subject) {
     let s = subject.client(&namespace("multi")).await;
@@ -703,7 +783,7 @@ pub async fn a_release_after_a_cut_off_attempt_takes_only_its_own(subject: &Subj
     let all = ["a".to_string(), "b".to_string(), "c".to_string()];
     // Its answer is not asserted: MySQL's blind release is never read back (its connection is
     // out of step), so the usual release after it finds nothing left to say it held.
-    within(s.release(&all, &mine.token))
+    within(s.release(&all, &mine.token, Outcome::Withdrawn))
         .await
         .unwrap_or_else(|e| panic!("release: {e}"));
     let a = inspect(&*t, "a").await;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Acquire, Attempt, ErrorKind, Listener, LockState, Recall, Store, StoreError, StoreResult,
-    TagWrite,
+    Acquire, Attempt, ErrorKind, Listener, LockState, Outcome, Recall, Store, StoreError,
+    StoreResult, TagWrite,
 };
 
 /// What happens to a call.
@@ -123,8 +123,8 @@ impl Store for FaultyStore {
             .await
     }
 
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        self.call(Op::Release, self.inner.release(names, token))
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
+        self.call(Op::Release, self.inner.release(names, token, outcome))
             .await
     }
 

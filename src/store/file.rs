@@ -27,8 +27,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Previous,
-    Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
+    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Outcome,
+    Previous, Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
 };
 use crate::sys;
 
@@ -78,7 +78,7 @@ impl State {
         }
         self.holders.retain(|h| h.deadline > now);
         if self.holders.len() < before {
-            self.previous = Previous::Expired.as_str().into();
+            self.previous = Previous::Expired.text();
         }
     }
 
@@ -432,7 +432,7 @@ impl Store for FileStore {
         .await
     }
 
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
         let (names, token) = (names.to_vec(), token.to_string());
         self.locked(move |fs| {
             let now = now_ns();
@@ -440,16 +440,23 @@ impl Store for FileStore {
             let mut changed = Vec::new();
             for name in &names {
                 let mut st = fs.read(name)?;
+                let this_boot = st.boot == fs.boot;
                 let before = st.holders.len();
+                // The token's own lease out before the purge, which would take an expired
+                // one for a job's lease that ran out: a withdrawn attempt was none.
+                let (mine, others): (Vec<Record>, _) = std::mem::take(&mut st.holders)
+                    .into_iter()
+                    .partition(|h| h.token == token);
+                st.holders = others;
                 st.purge(now, &fs.boot);
-                let purged = st.holders.len() < before;
-                let live = st.holders.len();
-                st.holders.retain(|h| h.token != token);
-                if st.holders.len() < live {
-                    st.previous = Previous::Released.as_str().into();
-                    any = true;
+                if let Some(h) = mine.first() {
+                    let live = this_boot && h.deadline > now;
+                    any |= live;
+                    if let Some(p) = outcome.ends(live) {
+                        st.previous = p.text();
+                    }
                 }
-                if purged || st.holders.len() < live {
+                if st.holders.len() < before {
                     changed.push((name.clone(), st));
                 }
             }
@@ -472,7 +479,7 @@ impl Store for FileStore {
                 if !st.holders.is_empty() {
                     st.holders.clear();
                     // The holder did not finish by itself: its successor should know.
-                    st.previous = Previous::Expired.as_str().into();
+                    st.previous = Previous::Expired.text();
                     any = true;
                     changed.push((name.clone(), st));
                 }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Previous, Recall, Store,
+    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Outcome, Previous, Recall, Store,
     StoreResult, TagWrite, Waiter, fence_floor_now,
 };
 
@@ -253,19 +253,25 @@ impl Store for MemoryStore {
         }))
     }
 
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
         let now = Instant::now();
         let held = self.with(|locks| {
             let mut held = false;
             for n in names {
                 let Some(l) = locks.get_mut(n) else { continue };
-                l.purge(now);
                 l.waiters.retain(|(t, _)| t != token);
-                let before = l.holders.len();
-                l.holders.retain(|h| h.token != token);
-                if l.holders.len() < before {
-                    l.previous = Previous::Released;
-                    held = true;
+                // The token's own lease out before the purge, which would take an expired
+                // one for a job's lease that ran out: a withdrawn attempt was none.
+                let (mine, others): (Vec<Hold>, _) = std::mem::take(&mut l.holders)
+                    .into_iter()
+                    .partition(|h| h.token == token);
+                l.holders = others;
+                l.purge(now);
+                if let Some(h) = mine.first() {
+                    held |= h.deadline > now;
+                    if let Some(p) = outcome.ends(h.deadline > now) {
+                        l.previous = p;
+                    }
                 }
             }
             held

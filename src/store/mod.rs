@@ -121,31 +121,116 @@ impl Serialize for Mode {
 }
 
 /// How the lease before this one on the same name ended, as the store remembers it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
+///
+/// The order is "how much the next holder should worry": over a quorum the engine keeps the
+/// worst of the members' answers (`max`), and of two `Failed` the one with a status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Previous {
     /// No lease on this name has ended yet.
     #[default]
     None,
-    /// The last lease to end was released by its owner.
+    /// The last lease to end was released after its job ended cleanly (exit 0).
     Released,
+    /// The last lease to end was released after its job ended any other way (a non-zero
+    /// exit, a signal, a stop by dlock); its exit status when known.
+    Failed(Option<i32>),
     /// The last lease to end ran out (or was forced): its holder may have died mid-work.
     Expired,
 }
 
 impl Previous {
-    pub fn as_str(self) -> &'static str {
+    /// The word the child (`DLOCK_PREVIOUS`), `inspect` and the events show.
+    pub fn kind(self) -> &'static str {
         match self {
             Previous::None => "none",
             Previous::Released => "released",
+            Previous::Failed(_) => "failed",
             Previous::Expired => "expired",
         }
     }
+
+    /// The exit status of a failed job, when known (`DLOCK_PREVIOUS_EXIT`).
+    pub fn exit(self) -> Option<i32> {
+        match self {
+            Previous::Failed(code) => code,
+            _ => None,
+        }
+    }
+
+    /// The text a store keeps in its per-name record: the word, and for a failed job with a
+    /// known status ":CODE" ("failed:137"). Only a status an exit code can be (0 to 255) is
+    /// kept: the SQL stores' column is 16 bytes wide.
+    pub fn text(self) -> String {
+        match self {
+            Previous::Failed(Some(code)) if (0..=255).contains(&code) => format!("failed:{code}"),
+            other => other.kind().to_string(),
+        }
+    }
+
+    /// The record's text read back. Records written before "failed" existed say "released"
+    /// or "expired"; text this version cannot read says nothing it could trust: none.
     pub fn parse(s: &str) -> Previous {
-        match s {
-            "released" => Previous::Released,
-            "expired" => Previous::Expired,
-            _ => Previous::None,
+        match s.split_once(':') {
+            Some(("failed", code)) => Previous::Failed(code.parse().ok()),
+            _ => match s {
+                "released" => Previous::Released,
+                "failed" => Previous::Failed(None),
+                "expired" => Previous::Expired,
+                _ => Previous::None,
+            },
+        }
+    }
+}
+
+/// For people: the word, and a failed job's status ("failed (exit 3)").
+impl std::fmt::Display for Previous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.exit() {
+            Some(code) => write!(f, "{} (exit {code})", self.kind()),
+            None => f.write_str(self.kind()),
+        }
+    }
+}
+
+/// In JSON the word alone; the status goes beside it as "previous_exit" where it is shown.
+impl Serialize for Previous {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.kind())
+    }
+}
+
+/// How a lease is given back (`Store::release`): what its successor will be told. The store
+/// records it in the same atomic operation as the release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The job ended cleanly (exit 0), or a script released its own `lock`.
+    Released,
+    /// The job ended any other way; the code dlock ended with, when known.
+    Failed(Option<i32>),
+    /// A waiter's attempt given back (not granted by a majority, granted too late, or given
+    /// up): no job ended, so the name's record keeps the previous holder's outcome as it was.
+    Withdrawn,
+}
+
+impl Outcome {
+    /// What the record says once this release is done; None: leave it as it is.
+    pub fn previous(self) -> Option<Previous> {
+        match self {
+            Outcome::Released => Some(Previous::Released),
+            Outcome::Failed(code) => Some(Previous::Failed(code)),
+            Outcome::Withdrawn => None,
+        }
+    }
+
+    /// What the record says once a lease given back with this outcome is released, where
+    /// `live` tells whether the lease was still within its time: one that ran out before its
+    /// release ended by expiry, whatever its job did after. None: leave the record as it is
+    /// (a withdrawn attempt, live or not, was no job's lease).
+    pub fn ends(self, live: bool) -> Option<Previous> {
+        match self.previous() {
+            Some(p) if live => Some(p),
+            Some(_) => Some(Previous::Expired),
+            None => None,
         }
     }
 }
@@ -546,8 +631,9 @@ pub trait Store: Send + Sync {
     /// `Ok(false)`: it does not (expired, released, or never granted here).
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool>;
 
-    /// Release whatever `token` holds or has queued on `names`. `Ok(true)` if it held any.
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool>;
+    /// Release whatever `token` holds or has queued on `names`, and record how the lease
+    /// ended (`Outcome`) in the same atomic operation. `Ok(true)` if it held any.
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool>;
 
     /// Drop every holder of `names`. `Ok(true)` if there was any.
     async fn force_release(&self, names: &[String]) -> StoreResult<bool>;
@@ -663,5 +749,34 @@ mod tests {
             assert_eq!(Mode::from_code(&m.code()), Some(m));
         }
         assert_eq!(Mode::from_code("q"), None);
+    }
+
+    #[test]
+    fn previous_round_trips_through_its_record_text() {
+        for p in [
+            Previous::None,
+            Previous::Released,
+            Previous::Failed(None),
+            Previous::Failed(Some(0)),
+            Previous::Failed(Some(137)),
+            Previous::Expired,
+        ] {
+            assert_eq!(Previous::parse(&p.text()), p);
+        }
+        // Records of earlier versions, and text this version cannot read.
+        assert_eq!(Previous::parse("released"), Previous::Released);
+        assert_eq!(Previous::parse("expired"), Previous::Expired);
+        assert_eq!(Previous::parse(""), Previous::None);
+        assert_eq!(Previous::parse("vanished"), Previous::None);
+        assert_eq!(Previous::parse("failed:x"), Previous::Failed(None));
+        // Not an exit code: the word is kept, the status is not (the SQL column is narrow).
+        assert_eq!(Previous::Failed(Some(-2147483648)).text(), "failed");
+    }
+
+    #[test]
+    fn the_worst_previous_keeps_a_failed_status() {
+        use Previous::*;
+        assert!(None < Released && Released < Failed(Option::None));
+        assert!(Failed(Option::None) < Failed(Some(3)) && Failed(Some(255)) < Expired);
     }
 }

@@ -65,8 +65,8 @@ pub struct Launch {
 /// in DLOCK_TOKEN, as a job that ended with this status (see `supervisor::orphan`).
 pub const RELEASE_VAR: &str = "DLOCK_WATCHDOG_RELEASE";
 
-/// How many variables dlock sends at the start (`spawn::vars`).
-pub const VARS: usize = 5;
+/// How many variables dlock sends at the start, at most (`spawn::vars`).
+pub const VARS: usize = 6;
 
 impl Launch {
     /// `command` as the user gave it; `room`: the most bytes the lease's variables can take;
@@ -102,9 +102,7 @@ impl Launch {
         let inherited_env = envp.len();
         // The lease's variables, a slot for the release's marker, and the closing NULL.
         envp.resize(inherited_env + VARS + 2, std::ptr::null());
-        let self_args: Vec<CString> = std::env::args_os()
-            .map(|a| cstring(a.as_bytes()))
-            .collect();
+        let self_args: Vec<CString> = std::env::args_os().map(|a| cstring(a.as_bytes())).collect();
         let mut self_argv: Vec<*const c_char> = self_args.iter().map(|a| a.as_ptr()).collect();
         self_argv.push(std::ptr::null());
         Launch {

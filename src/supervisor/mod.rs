@@ -37,6 +37,7 @@ use crate::events::{self, Events};
 use crate::exit::{Error, Result};
 use crate::output::Output;
 use crate::shard::Shards;
+use crate::store::Outcome;
 use crate::sys;
 use renew::Health;
 use signals::{FORWARDED, Signals};
@@ -108,7 +109,11 @@ pub async fn supervise_with(
     let job = match prepared.start(&lease, terminal.is_some()).await {
         Ok(job) => job,
         Err(e) => {
-            shards.release(&lease.req.names, &lease.req.token).await;
+            // The job never ran: its successor hears that it failed, with dlock's code.
+            let outcome = Outcome::Failed(Some(i32::from(e.code)));
+            shards
+                .release(&lease.req.names, &lease.req.token, outcome)
+                .await;
             return Err(e);
         }
     };
@@ -295,8 +300,10 @@ impl<'a> Supervised<'a> {
     /// A signal for the job, to the command's group. A stopping one ends the job: the
     /// watchdog hears of it first, so that the command's end takes the rest of the tree.
     fn forward(&mut self, sig: i32) {
-        self.out
-            .debug(&format!("forwarding {} to the command", sys::signal_name(sig)));
+        self.out.debug(&format!(
+            "forwarding {} to the command",
+            sys::signal_name(sig)
+        ));
         if signals::STOPPING.contains(&sig) {
             self.dog.ending();
         }
@@ -321,7 +328,11 @@ impl<'a> Supervised<'a> {
                 .join(", ")
                 + if left.len() > 5 { ", ..." } else { "" },
             self.names(),
-            if left.len() == 1 { "it exits" } else { "they exit" },
+            if left.len() == 1 {
+                "it exits"
+            } else {
+                "they exit"
+            },
         ));
         self.events.emit(
             "lingering",

@@ -7,6 +7,7 @@
 
 use super::exec::RELEASE_VAR;
 use crate::shard::Shards;
+use crate::store::Outcome;
 
 /// The status the job ended with, when this process is such a release.
 pub fn requested() -> Option<i32> {
@@ -15,7 +16,8 @@ pub fn requested() -> Option<i32> {
 
 /// Release the dead dlock's lease. Nobody waits for this process and its output goes to
 /// /dev/null: a store that does not answer leaves the lease to run out, as before.
-pub async fn release(shards: &Shards, _status: i32) -> i32 {
+/// The next holder is told the job failed, with its status: it was stopped because dlock died.
+pub async fn release(shards: &Shards, status: i32) -> i32 {
     let names: Vec<String> = std::env::var("DLOCK_NAME")
         .unwrap_or_default()
         .split_whitespace()
@@ -25,6 +27,8 @@ pub async fn release(shards: &Shards, _status: i32) -> i32 {
     if names.is_empty() || token.is_empty() {
         return 1;
     }
-    shards.release(&names, &token).await;
+    shards
+        .release(&names, &token, Outcome::Failed(Some(status)))
+        .await;
     0
 }

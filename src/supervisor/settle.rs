@@ -12,7 +12,8 @@ use crate::engine::Lease;
 use crate::events;
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
-use crate::shard::Shards;
+use crate::shard::{Shards, Tallies};
+use crate::store::Outcome;
 use crate::sys;
 
 impl Supervised<'_> {
@@ -29,14 +30,9 @@ impl Supervised<'_> {
         // the lease.
         let overran = self.overrun_kill_at.is_some();
         let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
-        let early = if plain {
-            Some(
-                self.shards
-                    .release(&self.lease.req.names, &self.lease.req.token)
-                    .await,
-            )
-        } else {
-            None
+        let early = match plain {
+            true => Some(self.release(outcome(&status, false, false)).await),
+            false => None,
         };
         // The status may have come from the watchdog's last word: it is exiting; reap it, so
         // that dlock never ends before its watchdog.
@@ -75,30 +71,12 @@ impl Supervised<'_> {
         let tally = match early {
             Some(tally) => tally,
             None => {
-                self.shards
-                    .release(&self.lease.req.names, &self.lease.req.token)
+                self.release(outcome(&status, self.lost.is_some(), overran))
                     .await
             }
         };
-        if tally.errors().next().is_some() && self.lost.is_none() {
-            // A store that was down all along is no news; a release that left the lease held
-            // on a majority (until its ttl) is.
-            let report = if self.shards.confirmed(&tally) {
-                Output::debug
-            } else {
-                Output::warn
-            };
-            report(
-                self.out,
-                &format!(
-                    "could not release on every store (the lease will expire there): {}",
-                    tally
-                        .errors()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            );
+        if self.lost.is_none() {
+            self.report_unreleased(&tally);
         }
         if self.lost.is_some() {
             // The loss was said when it happened, once; the exit code says the rest.
@@ -113,6 +91,33 @@ impl Supervised<'_> {
         ended
     }
 
+    /// Release the lease, telling the stores how the job ended for its successor.
+    async fn release(&self, outcome: Outcome) -> Tallies {
+        let req = &self.lease.req;
+        self.shards.release(&req.names, &req.token, outcome).await
+    }
+
+    /// Say which stores the release did not reach: a store that was down all along is no
+    /// news; a release that left the lease held on a majority (until its ttl) is.
+    fn report_unreleased(&self, tally: &Tallies) {
+        if tally.errors().next().is_none() {
+            return;
+        }
+        let report = if self.shards.confirmed(tally) {
+            Output::debug
+        } else {
+            Output::warn
+        };
+        let errors: Vec<String> = tally.errors().map(|e| e.to_string()).collect();
+        report(
+            self.out,
+            &format!(
+                "could not release on every store (the lease will expire there): {}",
+                errors.join("; ")
+            ),
+        );
+    }
+
     /// The `released` event: how the run ended, and `what` became of the lease.
     fn released(&self, what: serde_json::Value, ended: &Result<i32>) {
         let code = json!({ "exit_code": ended_code(ended) });
@@ -121,6 +126,35 @@ impl Supervised<'_> {
             &self.lease.req.names,
             events::with(events::fences(&self.fences), events::with(code, what)),
         )
+    }
+}
+
+/// How the job ended, for the next holder: clean only when the command exited 0 and nothing
+/// stopped it; otherwise the code dlock ends with (the command's, 128+signal, 124 for
+/// --max-runtime, 70 for a lost lease).
+fn outcome(
+    status: &std::io::Result<std::process::ExitStatus>,
+    lost: bool,
+    overran: bool,
+) -> Outcome {
+    let code = match status {
+        _ if lost => Some(ExitCode::LockLost.into()),
+        _ if overran => Some(ExitCode::TimedOut.into()),
+        Ok(s) => command_code(*s),
+        Err(_) => None,
+    };
+    match code {
+        Some(0) => Outcome::Released,
+        code => Outcome::Failed(code),
+    }
+}
+
+/// The command's own code, or 128+N when a signal ended it.
+fn command_code(status: std::process::ExitStatus) -> Option<i32> {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Some(code),
+        (None, Some(sig)) => Some(128 + sig),
+        _ => None,
     }
 }
 
@@ -140,11 +174,7 @@ fn exit_status(
             ),
         ));
     }
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    })
+    Ok(command_code(status).unwrap_or(1))
 }
 
 /// The code a run ends with, for the `released` event.

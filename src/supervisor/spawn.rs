@@ -26,6 +26,8 @@ pub const LEASE_VARS: [&str; super::exec::VARS] = [
     "DLOCK_FENCE",
     "DLOCK_FENCES",
     "DLOCK_PREVIOUS",
+    // Only when the previous job failed with a known status; never inherited.
+    "DLOCK_PREVIOUS_EXIT",
 ];
 
 /// A watchdog forked and waiting to start the command.
@@ -164,15 +166,18 @@ fn vars(lease: &Lease) -> Vec<u8> {
         .zip(&fences)
         .map(|(n, f)| format!("{n}={f}"))
         .collect();
+    let previous = previous(lease);
     let values = [
-        req.names.join(" "),
-        req.token.clone(),
-        fences.join(" "),
-        pairs.join(","),
-        previous(lease).as_str().to_string(),
+        Some(req.names.join(" ")),
+        Some(req.token.clone()),
+        Some(fences.join(" ")),
+        Some(pairs.join(",")),
+        Some(previous.kind().to_string()),
+        previous.exit().map(|code| code.to_string()),
     ];
     let mut out = Vec::new();
     for (name, value) in LEASE_VARS.iter().zip(values) {
+        let Some(value) = value else { continue };
         out.extend_from_slice(name.as_bytes());
         out.push(b'=');
         out.extend_from_slice(value.as_bytes());

@@ -176,6 +176,8 @@ macro_rules! conformance {
                 fences_rise,
                 raise_fence_lifts_the_next_fence,
                 previous_reads_released_then_expired,
+                previous_tells_a_failed_end_and_its_status,
+                a_withdrawn_attempt_leaves_the_previous_end,
                 names_are_granted_all_or_none,
                 mixed_modes_in_one_grant,
                 queued_mixed_request_is_granted_in_its_modes,

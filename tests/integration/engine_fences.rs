@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::common::redis::RedisServer;
 use dlock::engine::{Engine, Wait};
-use dlock::store::{Acquire, Mode, url};
+use dlock::store::{Acquire, Mode, Outcome, url};
 
 #[test]
 fn a_thousand_grants_through_kills_and_restarts_have_rising_fences() {
@@ -62,7 +62,9 @@ fn a_thousand_grants_through_kills_and_restarts_have_rising_fences() {
                 .acquire(&req, Wait::For(Duration::from_secs(5)))
                 .await
                 .unwrap();
-            engine.release(&req.names, &req.token).await;
+            engine
+                .release(&req.names, &req.token, Outcome::Released)
+                .await;
             lease.grants[0].fence
         });
         if let Some(&last) = fences.last() {

@@ -127,7 +127,12 @@ fn end_the_job(env: &Env, ending: Ending) -> Handoff {
         .count();
     let mut stderr = String::new();
     use std::io::Read;
-    holder.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     let handoff = Handoff {
         next_entry: Duration::from_nanos(entered.saturating_sub(ended_ns) as u64),
         late_writes,
@@ -145,7 +150,10 @@ fn end_the_job(env: &Env, ending: Ending) -> Handoff {
             .into_iter()
             .filter(|&p| running(p as u32))
             .collect();
-        assert!(alive.is_empty(), "{ending:?}: the job outlived its lock: {alive:?}");
+        assert!(
+            alive.is_empty(),
+            "{ending:?}: the job outlived its lock: {alive:?}"
+        );
     }
     handoff
 }
@@ -246,8 +254,11 @@ fn the_watchdog_has_a_name_of_its_own() {
     let mut holder = env.spawn_run(&["job"], "sleep 30");
     let dog = wait_for(Duration::from_secs(10), || {
         children_of(holder.id()).len() == 1
-            && read(&PathBuf::from(format!("/proc/{}/comm", children_of(holder.id())[0])))
-                .starts_with("dlock-watchdog")
+            && read(&PathBuf::from(format!(
+                "/proc/{}/comm",
+                children_of(holder.id())[0]
+            )))
+            .starts_with("dlock-watchdog")
     });
     let watchdog = children_of(holder.id())[0];
     let comm = read(&PathBuf::from(format!("/proc/{watchdog}/comm")));
@@ -282,7 +293,10 @@ fn hangup_ignored_at_start(env: &Env) {
         });
     }
     let mut holder = c.spawn().unwrap();
-    assert!(wait_for(Duration::from_secs(10), || !read(&env.path("pid")).is_empty()));
+    assert!(wait_for(Duration::from_secs(10), || !read(
+        &env.path("pid")
+    )
+    .is_empty()));
     let command: u32 = read(&env.path("pid")).trim().parse().unwrap();
     // The terminal's close: SIGHUP to dlock and to the job.
     signal(holder.id(), libc::SIGHUP);

@@ -6,7 +6,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock::store::redis::RedisStore;
-use dlock::store::{Acquire, Attempt, Mode, Store, StoreUrl};
+use dlock::store::{Acquire, Attempt, Mode, Outcome, Store, StoreUrl};
 use futures_util::future::join_all;
 
 use crate::common::redis::RedisServer;
@@ -69,7 +69,12 @@ fn one_release_wakes_exactly_one_exclusive_waiter() {
             ));
             listeners.push(l);
         }
-        assert!(store.release(&holder.names, &holder.token).await.unwrap());
+        assert!(
+            store
+                .release(&holder.names, &holder.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
         let woken = join_all(listeners.iter_mut().map(|l| async move {
             let start = Instant::now();
             l.changed(Duration::from_millis(800)).await;

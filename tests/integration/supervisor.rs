@@ -292,8 +292,8 @@ fn sigusr1_is_forwarded_and_the_child_goes_on() {
     assert!(read(&log).contains("usr1"));
 }
 
-/// SIGKILL a holder's dlock: its watchdog stops the child, and the next
-/// `run` gets the lock within the ttl (2 s), told that its predecessor expired.
+/// SIGKILL a holder's dlock: its watchdog stops the child and releases the lease, and the
+/// next `run` gets the lock within the ttl (2 s), told that its predecessor failed.
 fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
     let pidfile = env.path("child.pid");
     let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
@@ -307,7 +307,7 @@ fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
         "the child outlived its dlock"
     );
     let (previous, took) = next_holder_previous(env, "job");
-    assert_eq!(previous, "expired");
+    assert_eq!(previous, "failed");
     assert!(took < Duration::from_millis(2500), "took {took:?}");
 }
 

@@ -239,6 +239,7 @@ impl Inner {
                 spare: 0,
                 spare_ttl: 0,
                 behind: Vec::new(),
+                handed_previous: String::new(),
             },
             record: granted_record(&req.token, previous, offset),
             previous,

@@ -38,12 +38,17 @@ impl Inner {
             .iter()
             .map(|b| Seen::passed_on(self.layout.entry(name, &b.token), b))
             .collect();
+        // A handover before `handed_previous` existed was always a clean release.
+        let previous = match seen.entry.handed_previous.as_str() {
+            "" => Previous::Released,
+            text => Previous::parse(text),
+        };
         let granted = Granted {
             fence: seen.fence(),
-            previous: Previous::Released,
+            previous,
             started: Some(renewed),
         };
-        let record = granted_record(&req.token, Previous::Released, seen.entry.offset);
+        let record = granted_record(&req.token, previous, seen.entry.offset);
         let (rev, lease) = (seen.modrev, seen.lease);
         entries.insert(0, seen);
         let queues = vec![Queue {
@@ -129,8 +134,16 @@ impl Inner {
     }
 
     /// The writes that grant `name` to `heir`, as its own grant would (fence: this revision
-    /// plus `offset`), passing on the waiters of `q` behind it.
-    pub(super) fn hand_to(&self, q: &Queue, heir: &Seen, name: &str, offset: u64) -> [TxnOp; 2] {
+    /// plus `offset`), passing on the waiters of `q` behind it, and telling it how the lease
+    /// before it ended (`previous`).
+    pub(super) fn hand_to(
+        &self,
+        q: &Queue,
+        heir: &Seen,
+        name: &str,
+        offset: u64,
+        previous: Previous,
+    ) -> [TxnOp; 2] {
         let behind = q
             .entries
             .iter()
@@ -146,6 +159,7 @@ impl Inner {
             spare: 0,
             spare_ttl: 0,
             behind,
+            handed_previous: previous.text(),
             ..heir.entry.clone()
         };
         [
@@ -156,7 +170,7 @@ impl Inner {
             ),
             TxnOp::put(
                 self.layout.record(name),
-                encode(&granted_record(&heir.token, Previous::Released, offset)),
+                encode(&granted_record(&heir.token, previous, offset)),
                 None,
             ),
         ]

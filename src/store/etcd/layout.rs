@@ -104,6 +104,11 @@ pub struct Entry {
     /// release knew them, so that its own release may hand over without reading first.
     #[serde(rename = "q", default, skip_serializing_if = "Vec::is_empty")]
     pub behind: Vec<Behind>,
+    /// On an entry a release handed the lock to: how the lease before it ended
+    /// (`Previous::text`), which the heir learns from its watch without reading the record.
+    /// "" from a version before it, whose handovers were all clean releases.
+    #[serde(rename = "p", default, skip_serializing_if = "String::is_empty")]
+    pub handed_previous: String,
 }
 
 /// A waiter as a release passes it on (see `Entry::behind`).
@@ -137,9 +142,15 @@ pub struct Record {
     /// How the lease before that one ended, as that grant saw it.
     #[serde(rename = "p", default)]
     pub previous: String,
-    /// That lease was released by its owner.
+    /// That lease was released after its job ended cleanly. Kept beside `ended` for the
+    /// versions before it, which read only this flag (a failed end reads as expired there).
     #[serde(rename = "r", default)]
     pub released: bool,
+    /// How that lease ended, if it was given back (`Previous::text`; "" while it is held, or
+    /// when it went without a release). A withdrawn attempt writes here what it was told
+    /// itself, so that its successor is told the same.
+    #[serde(rename = "e", default, skip_serializing_if = "String::is_empty")]
+    pub ended: String,
     /// Fence offset (raised by `raise_fence`, never lowered).
     #[serde(rename = "o", default)]
     pub offset: u64,
@@ -158,8 +169,9 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 pub fn granted_record(holder: &str, previous: Previous, offset: u64) -> Record {
     Record {
         holder: holder.to_string(),
-        previous: previous.as_str().into(),
+        previous: previous.text(),
         released: false,
+        ended: String::new(),
         offset,
         fence: None,
     }
@@ -236,6 +248,7 @@ mod tests {
             holder: "tok".into(),
             previous: "released".into(),
             released: true,
+            ended: String::new(),
             offset: 1,
             fence: Some(8),
         };

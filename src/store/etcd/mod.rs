@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Store, StoreError,
+    Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Outcome, Store, StoreError,
     StoreResult, TagWrite, Waiter,
 };
 use conn::{Endpoints, Resend};
@@ -326,8 +326,8 @@ impl Store for EtcdStore {
         self.inner.renew(names, token, ttl).await
     }
 
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
-        self.inner.release(names, token).await
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
+        self.inner.release(names, token, outcome).await
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {

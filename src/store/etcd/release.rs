@@ -13,7 +13,7 @@ use super::conn::Resend;
 use super::grant::ROUNDS;
 use super::layout::{Entry, Record, encode, lease_secs};
 use super::lease::Free;
-use crate::store::{ErrorKind, StoreError, StoreResult};
+use crate::store::{ErrorKind, Outcome, Previous, StoreError, StoreResult};
 
 /// How long what a grant read stays good enough for its release to act on without reading.
 const FRESH: Duration = Duration::from_millis(20);
@@ -93,8 +93,13 @@ impl Inner {
     /// it puts that waiter's entry, as held, on the waiter's spare lease, and writes the
     /// record as that waiter's grant would. The heir learns it holds from its watch, so a
     /// handoff costs one consensus write, not two. Without an heir, the last grant's
-    /// record is marked released, for its successor to report.
-    pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    /// record is marked with how it ended (`outcome`), for its successor to report.
+    pub(super) async fn release(
+        &self,
+        names: &[String],
+        token: &str,
+        outcome: Outcome,
+    ) -> StoreResult<bool> {
         let spare = self.done_waiting(token);
         let held = self.token(token, |t| t.held.take());
         let unheard = self.token(token, |t| t.unheard.take());
@@ -108,11 +113,13 @@ impl Inner {
             spare => (spare, unheard.into_iter().collect()),
         };
         if blind.is_empty() {
-            return self.release_entries(names, token, spare, held, &[]).await;
+            return self
+                .release_entries(names, token, outcome, spare, held, &[])
+                .await;
         }
         let revoked = futures_util::future::join_all(blind.iter().map(|&id| self.revoke(id)));
         let (released, _) = tokio::join!(
-            self.release_entries(names, token, spare, held, &blind),
+            self.release_entries(names, token, outcome, spare, held, &blind),
             revoked
         );
         released
@@ -124,6 +131,7 @@ impl Inner {
         &self,
         names: &[String],
         token: &str,
+        outcome: Outcome,
         spare: Option<Free>,
         held: Option<super::Held>,
         revoked: &[i64],
@@ -171,6 +179,10 @@ impl Inner {
                     continue;
                 };
                 cmps.push(self.record_unchanged(name, q));
+                // A withdrawn attempt passes on what it was told itself.
+                let ended = outcome
+                    .previous()
+                    .unwrap_or_else(|| Previous::parse(&rec.previous));
                 match q.heir(token).filter(|_| hand_over) {
                     Some(heir) => {
                         cmps.push(Compare::mod_revision(
@@ -178,12 +190,13 @@ impl Inner {
                             CompareOp::Equal,
                             heir.modrev,
                         ));
-                        ops.extend(self.hand_to(q, heir, name, rec.offset));
+                        ops.extend(self.hand_to(q, heir, name, rec.offset, ended));
                     }
-                    // The last lease granted ends cleanly: its successor will be told so.
+                    // The last lease granted ends: its successor will be told how.
                     None => {
                         let rec = Record {
-                            released: true,
+                            released: ended == Previous::Released,
+                            ended: ended.text(),
                             fence: Some(e.fence()),
                             ..rec.clone()
                         };

@@ -193,6 +193,9 @@ impl Queue {
         if rec.holder.is_empty() {
             return Previous::None;
         }
+        if !rec.ended.is_empty() {
+            return Previous::parse(&rec.ended);
+        }
         if rec.released {
             return Previous::Released;
         }

@@ -172,7 +172,7 @@ pub(super) mod tests {
     use std::time::{Duration, Instant};
 
     use crate::store::file::FileStore;
-    use crate::store::{Acquire, Attempt, Mode, Store};
+    use crate::store::{Acquire, Attempt, Mode, Outcome, Store};
 
     /// An exclusive request for `name`, with a fresh token.
     pub(in crate::store::file) fn exclusive(name: &str) -> Acquire {
@@ -210,7 +210,12 @@ pub(super) mod tests {
         let (holder, winner, waiter) = (exclusive("h"), exclusive("h"), exclusive("h"));
         let (_root, store) = held(&holder).await;
         let mut listener = store.listen(&waiter).await.unwrap();
-        assert!(store.release(&holder.names, &holder.token).await.unwrap());
+        assert!(
+            store
+                .release(&holder.names, &holder.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
         grant(&store, &winner).await;
         let (t, wait) = (Instant::now(), Duration::from_millis(300));
         listener.changed(wait).await;
@@ -219,7 +224,12 @@ pub(super) mod tests {
             "woken while the lock is held ({:?})",
             t.elapsed()
         );
-        assert!(store.release(&winner.names, &winner.token).await.unwrap());
+        assert!(
+            store
+                .release(&winner.names, &winner.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
         let t = Instant::now();
         listener.changed(Duration::from_secs(20)).await;
         assert!(
@@ -261,7 +271,12 @@ pub(super) mod tests {
                 .unwrap()
         );
         assert!(!pending(), "a grant or a renewal woke the waiter");
-        assert!(store.release(&holder.names, &holder.token).await.unwrap());
+        assert!(
+            store
+                .release(&holder.names, &holder.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
         assert!(pending(), "the release did not reach the waiter");
     }
 }

@@ -35,7 +35,7 @@ use redial::{Redial, Retry};
 use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState,
-    MAX_POLL, Mode, Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
+    MAX_POLL, Mode, Outcome, Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
 };
 
 macro_rules! script {
@@ -313,7 +313,7 @@ impl RedisStore {
         }
         if !replicated {
             // A failover now could lose this grant: withdraw it rather than hand it out.
-            let _ = self.release(names, &req.token).await;
+            let _ = self.release(names, &req.token, Outcome::Withdrawn).await;
             return Err(StoreError::unavailable(format!(
                 "the grant did not reach {} replica(s) in time (wait_replicas)",
                 self.wait_replicas.unwrap_or(0)
@@ -494,7 +494,7 @@ impl Store for RedisStore {
                 }
                 other => {
                     if !taken.is_empty() {
-                        let _ = self.release(&taken, &req.token).await;
+                        let _ = self.release(&taken, &req.token, Outcome::Withdrawn).await;
                     }
                     // A busy group's names are told as its answer has them; the rest as
                     // remembered, which only ever makes the engine wait longer.
@@ -582,9 +582,12 @@ impl Store for RedisStore {
         Ok(true)
     }
 
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
+        let ended = outcome.previous().map_or(String::new(), Previous::text);
         Ok(self
-            .each::<i64>(&self.scripts.release, names, |_| vec![token.to_string()])
+            .each::<i64>(&self.scripts.release, names, |_| {
+                vec![token.to_string(), ended.clone()]
+            })
             .await?
             .into_iter()
             .max()

@@ -1,6 +1,8 @@
--- ARGV: token. Releases what the token holds and withdraws it as a waiter.
+-- ARGV: token, ended. Releases what the token holds and withdraws it as a waiter. `ended` is
+-- how the lease ended as the next holder is to be told ("released", "failed:3"), or "" for a
+-- waiter's attempt given back, which leaves the previous holder's outcome as it was.
 -- Returns 1 if it held any name.
-local token = ARGV[1]
+local token, ended = ARGV[1], ARGV[2]
 local held = 0
 for i = 0, n - 1 do
   local h, f, w, wd = keys(i)
@@ -10,8 +12,8 @@ for i = 0, n - 1 do
     redis.call('HDEL', h, token)
     if parse(v) > now then
       held = 1
-      redis.call('HSET', f, 'previous', 'released')
-    else
+      if ended ~= '' then redis.call('HSET', f, 'previous', ended) end
+    elseif ended ~= '' then
       redis.call('HSET', f, 'previous', 'expired')
     end
     wake(w, wd)

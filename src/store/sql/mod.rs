@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use super::tls::Files;
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Severity, Store,
-    StoreError, StoreResult, TagWrite,
+    Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Outcome as End, Severity,
+    Store, StoreError, StoreResult, TagWrite,
 };
 use rules::{GrantRequest, Outcome, Rows, Write};
 
@@ -357,12 +357,12 @@ impl<B: Backend> Store for SqlStore<B> {
     /// was committed unheard would block the lock until it expires.
     ///
     /// The blind release leaves the record's `previous` alone, where the usual release says
-    /// `released`. An unheard grant never let its owner in, so the record still tells the truth
+    /// how the lease ended. An unheard grant never let its owner in, so the record still tells the truth
     /// about the last lease that did work: saying `released` would hide from the next holder
     /// that the lease before ran out mid-work. And where it did let its owner in (a quorum's
     /// other stores granted it, and no renewal has been heard here since), this store's older
     /// answer can only make the next holder more careful: the worst answer of a majority wins.
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    async fn release(&self, names: &[String], token: &str, outcome: End) -> StoreResult<bool> {
         if self.is_unheard(token)
             && let Some(held) = self.backend.release_unheard(names, token).await
         {
@@ -370,7 +370,9 @@ impl<B: Backend> Store for SqlStore<B> {
             return Ok(held);
         }
         let held = self
-            .decide(names, false, |now, rows| rules::release(rows, now, token))
+            .decide(names, false, |now, rows| {
+                rules::release(rows, now, token, outcome)
+            })
             .await?;
         self.mark_unheard(token, false);
         Ok(held)

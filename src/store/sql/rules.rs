@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::{Granted, Holder, LockState, Mode, Previous, Waiter};
+// `End`: this module's `Outcome` is a grant's.
+use crate::store::{Granted, Holder, LockState, Mode, Outcome as End, Previous, Waiter};
 
 /// One holder row. `expires` is the server's clock in ms since the epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,7 +145,7 @@ fn purge(i: usize, r: &mut Rows, now: i64, w: &mut Writes) {
     let (live, dead): (Vec<_>, Vec<_>) = r.holders.drain(..).partition(|h| h.expires > now);
     r.holders = live;
     if !dead.is_empty() {
-        r.previous = Previous::Expired.as_str().into();
+        r.previous = Previous::Expired.text();
         w.touch(i);
     }
     for h in dead {
@@ -295,8 +296,9 @@ pub fn renew(rows: &mut [Rows], now: i64, token: &str, ttl_ms: i64) -> (bool, Ve
     (true, w.finish(rows))
 }
 
-/// Release what the token holds and withdraw it as a waiter. True if it held any name.
-pub fn release(rows: &mut [Rows], now: i64, token: &str) -> (bool, Vec<Write>) {
+/// Release what the token holds and withdraw it as a waiter, recording how the lease ended
+/// (a withdrawn attempt leaves the record's `previous` as it was). True if it held any name.
+pub fn release(rows: &mut [Rows], now: i64, token: &str, outcome: End) -> (bool, Vec<Write>) {
     let mut w = Writes::new();
     let mut held = false;
     for (i, r) in rows.iter_mut().enumerate() {
@@ -309,15 +311,11 @@ pub fn release(rows: &mut [Rows], now: i64, token: &str) -> (bool, Vec<Write>) {
             name: r.name.clone(),
             token: token.to_string(),
         });
-        r.previous = if h.expires > now {
-            held = true;
-            Previous::Released
-        } else {
-            Previous::Expired
+        held |= h.expires > now;
+        if let Some(p) = outcome.ends(h.expires > now) {
+            r.previous = p.text();
+            w.touch(i);
         }
-        .as_str()
-        .into();
-        w.touch(i);
         wake(r, now, &mut w);
     }
     (held, w.finish(rows))
@@ -340,7 +338,7 @@ pub fn force(rows: &mut [Rows], now: i64) -> (bool, Vec<Write>) {
             });
         }
         // The holder did not finish by itself: its successor should know.
-        r.previous = Previous::Expired.as_str().into();
+        r.previous = Previous::Expired.text();
         w.touch(i);
         wake(r, now, &mut w);
     }
@@ -473,14 +471,32 @@ mod tests {
     fn release_checks_the_owner_and_says_released() {
         let mut rs = vec![rows("a")];
         grant(&mut rs, 0, &req("t1", Mode::Exclusive, false));
-        let (held, w) = release(&mut rs, 10, "stale");
+        let (held, w) = release(&mut rs, 10, "stale", End::Released);
         assert!(!held);
         assert!(w.is_empty());
-        let (held, _) = release(&mut rs, 10, "t1");
+        let (held, _) = release(&mut rs, 10, "t1", End::Released);
         assert!(held);
         let (o, _) = grant(&mut rs, 20, &req("t2", Mode::Exclusive, false));
         let Outcome::Granted(g) = o else { panic!() };
         assert_eq!(g[0].previous, Previous::Released);
+    }
+
+    #[test]
+    fn a_failed_end_is_recorded_and_a_withdrawal_leaves_it() {
+        let mut rs = vec![rows("a")];
+        grant(&mut rs, 0, &req("t1", Mode::Exclusive, false));
+        release(&mut rs, 10, "t1", End::Failed(Some(2)));
+        assert_eq!(rs[0].previous, "failed:2");
+        grant(&mut rs, 20, &req("w", Mode::Exclusive, false));
+        let (held, w) = release(&mut rs, 30, "w", End::Withdrawn);
+        assert!(held);
+        assert!(
+            !w.iter().any(|w| matches!(w, Write::Record { .. })),
+            "{w:?}"
+        );
+        let (o, _) = grant(&mut rs, 40, &req("t2", Mode::Exclusive, false));
+        let Outcome::Granted(g) = o else { panic!() };
+        assert_eq!(g[0].previous, Previous::Failed(Some(2)));
     }
 
     #[test]
@@ -537,7 +553,7 @@ mod tests {
         grant(&mut rs, 3, &req("w1", Mode::Exclusive, true));
         assert_eq!(rs[0].waiters.len(), 2);
         assert_eq!(rs[0].wseq, 2, "a waiter coming back keeps its place");
-        let (_, w) = release(&mut rs, 4, "t1");
+        let (_, w) = release(&mut rs, 4, "t1", End::Released);
         let wakes: Vec<_> = w
             .iter()
             .filter(|w| matches!(w, Write::Wake { .. }))
@@ -551,7 +567,7 @@ mod tests {
         );
         grant(&mut rs, 5, &req("w1", Mode::Exclusive, true));
         assert_eq!(rs[0].waiters.len(), 1);
-        let (_, w) = release(&mut rs, 6, "w2");
+        let (_, w) = release(&mut rs, 6, "w2", End::Released);
         assert!(w.contains(&Write::DeleteWaiter {
             name: "a".into(),
             token: "w2".into()
@@ -565,7 +581,7 @@ mod tests {
         grant(&mut rs, 0, &req("t1", Mode::Exclusive, false));
         grant(&mut rs, 1, &req("dead", Mode::Exclusive, true));
         grant(&mut rs, 500, &req("live", Mode::Exclusive, true));
-        let (_, w) = release(&mut rs, 2100, "t1");
+        let (_, w) = release(&mut rs, 2100, "t1", End::Released);
         assert!(w.contains(&Write::Wake {
             token: "live".into(),
             bell: 7

@@ -201,7 +201,7 @@ impl Inner {
             let before = rec.open.len();
             rec.open.retain(|t, _| alive(t));
             if rec.open.len() < before {
-                rec.previous = Previous::Expired.as_str().into();
+                rec.previous = Previous::Expired.text();
             }
             let czxid = v.own.map_or(0, |s| s.czxid.max(0) as u64);
             let fence = czxid.max(rec.fence + 1);

@@ -125,7 +125,7 @@ pub struct Record {
     /// The last fence handed out (or raised to by the bakery rule).
     #[serde(default)]
     pub fence: u64,
-    /// How the last lease to end, ended: "", "released" or "expired".
+    /// How the last lease to end, ended (`Previous::text`; "" before the first).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub previous: String,
     /// Token -> fence of every lease granted and not yet seen to end. A token here whose node

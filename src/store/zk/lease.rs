@@ -7,7 +7,7 @@ use zookeeper_client::{Client, CreateMode, Error, MultiWriteError};
 
 use super::layout::entry_data;
 use super::{CONTENTION, Inner, Mine, bad_path, classify, ms};
-use crate::store::{Previous, StoreError, StoreResult};
+use crate::store::{Outcome, Previous, StoreError, StoreResult};
 
 /// A lost compare-and-set: read again and retry.
 fn raced(e: &MultiWriteError) -> bool {
@@ -80,7 +80,12 @@ impl Inner {
     /// session is given up first (its close needs no answer to act, and takes the entry with
     /// it), unless this process holds another lease in it; then the usual release follows on
     /// a new session, which also tidies the record once the store answers.
-    pub(super) async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    pub(super) async fn release(
+        &self,
+        names: &[String],
+        token: &str,
+        outcome: Outcome,
+    ) -> StoreResult<bool> {
         if let Ok(mut w) = self.waits.lock() {
             w.remove(token);
         }
@@ -92,7 +97,7 @@ impl Inner {
             }
         }
         let c = self.client(None).await?;
-        if let Some(true) = self.release_held(&c, names, token).await? {
+        if let Some(true) = self.release_held(&c, names, token, outcome).await? {
             return Ok(true);
         }
         for _ in 0..CONTENTION {
@@ -121,13 +126,9 @@ impl Inner {
                 if v.record.open.contains_key(token) {
                     let mut rec = v.record.clone();
                     rec.open.remove(token);
-                    rec.previous = if alive {
-                        Previous::Released
-                    } else {
-                        Previous::Expired
+                    if let Some(p) = outcome.ends(alive) {
+                        rec.previous = p.text();
                     }
-                    .as_str()
-                    .into();
                     any |= alive;
                     w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(v.version))
                         .map_err(bad_path)?;
@@ -158,6 +159,7 @@ impl Inner {
         c: &Client,
         names: &[String],
         token: &str,
+        outcome: Outcome,
     ) -> StoreResult<Option<bool>> {
         let holds = match self.mine.lock().ok().and_then(|m| m.get(token).cloned()) {
             Some(Mine::Holding(h)) if h.len() == names.len() => h,
@@ -167,7 +169,9 @@ impl Inner {
         for (name, h) in names.iter().zip(&holds) {
             let mut rec = h.record.clone();
             rec.open.remove(token);
-            rec.previous = Previous::Released.as_str().into();
+            if let Some(p) = outcome.previous() {
+                rec.previous = p.text();
+            }
             w.add_delete(&self.paths.child(name, &h.node), None)
                 .map_err(bad_path)?;
             w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(h.version))
@@ -218,7 +222,7 @@ impl Inner {
                 if !v.record.open.is_empty() {
                     let mut rec = v.record.clone();
                     rec.open.clear();
-                    rec.previous = Previous::Expired.as_str().into();
+                    rec.previous = Previous::Expired.text();
                     w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(v.version))
                         .map_err(bad_path)?;
                     ops += 1;

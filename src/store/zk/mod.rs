@@ -38,8 +38,8 @@ use zookeeper_client::{
 
 use super::url::ServerUrl;
 use super::{
-    Acquire, Attempt, ErrorKind, Health, HealthQuery, Listener, LockState, Store, StoreError,
-    StoreResult, TagWrite,
+    Acquire, Attempt, ErrorKind, Health, HealthQuery, Listener, LockState, Outcome, Store,
+    StoreError, StoreResult, TagWrite,
 };
 use conn::{Conn, classify};
 use layout::{Child, Paths, Record};
@@ -516,11 +516,11 @@ impl Store for ZkStore {
         renewed
     }
 
-    async fn release(&self, names: &[String], token: &str) -> StoreResult<bool> {
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
         let (inner, names, token) = (self.inner.clone(), names.to_vec(), token.to_string());
         self.inner
             .conn
-            .spawn(async move { inner.release(&names, &token).await })
+            .spawn(async move { inner.release(&names, &token, outcome).await })
             .await
     }
 
