@@ -74,6 +74,8 @@ struct Handoff {
     /// The first holder's exit status and stderr (None: killed).
     code: Option<i32>,
     stderr: String,
+    /// What the next holder was told: DLOCK_PREVIOUS and DLOCK_PREVIOUS_EXIT ("-": unset).
+    previous: String,
 }
 
 fn end_the_job(env: &Env, ending: Ending) -> Handoff {
@@ -115,9 +117,20 @@ fn end_the_job(env: &Env, ending: Ending) -> Handoff {
         Ending::KillDlock => signal(holder.id(), libc::SIGKILL),
         Ending::CommandExits | Ending::LeaveRunning => {}
     }
-    let next = env.run(&["run", "job", "-w", "40s", "--", "sh", "-c", "date +%s%N"]);
+    let next = env.run(&[
+        "run",
+        "job",
+        "-w",
+        "40s",
+        "--",
+        "sh",
+        "-c",
+        "echo $(date +%s%N) $DLOCK_PREVIOUS ${DLOCK_PREVIOUS_EXIT:--}",
+    ]);
     assert_code(&next, 0);
-    let entered: u128 = stdout(&next).trim().parse().unwrap();
+    let seen = stdout(&next);
+    let (entered, previous) = seen.trim().split_once(' ').unwrap();
+    let entered: u128 = entered.parse().unwrap();
     let status = wait_child(&mut holder, Duration::from_secs(10)).expect("dlock ends");
     // Time for a leftover writer (one write every 20 ms) to show itself.
     std::thread::sleep(Duration::from_millis(300));
@@ -138,12 +151,15 @@ fn end_the_job(env: &Env, ending: Ending) -> Handoff {
         late_writes,
         code: status.code(),
         stderr,
+        previous: previous.to_string(),
     };
     eprintln!(
-        "{ending:?}: next holder entered {:?} after the ending ({:?} of wall time); {} writes after",
+        "{ending:?}: next holder entered {:?} after the ending ({:?} of wall time); {} writes \
+         after; told {}",
         handoff.next_entry,
         ended.elapsed(),
-        handoff.late_writes
+        handoff.late_writes,
+        handoff.previous
     );
     if ending != Ending::LeaveRunning {
         let alive: Vec<_> = numbers(&pids)
@@ -171,16 +187,19 @@ fn no_late_writes(env: &Env, ending: Ending) -> Handoff {
 fn command_term(env: &Env) {
     let h = no_late_writes(env, Ending::CommandTerm);
     assert_eq!(h.code, Some(143), "{}", h.stderr);
+    assert_eq!(h.previous, "failed 143");
 }
 
 fn command_kill(env: &Env) {
     let h = no_late_writes(env, Ending::CommandKill);
     assert_eq!(h.code, Some(137), "{}", h.stderr);
+    assert_eq!(h.previous, "failed 137");
 }
 
 fn command_exits(env: &Env) {
     let h = no_late_writes(env, Ending::CommandExits);
     assert_eq!(h.code, Some(0), "{}", h.stderr);
+    assert_eq!(h.previous, "released -");
     // The worker, and maybe the `sleep` it is in at that moment.
     let said = h.stderr.matches("exited 0 but left").count();
     assert_eq!(said, 1, "named once, with the option: {}", h.stderr);
@@ -192,6 +211,7 @@ fn command_exits(env: &Env) {
 fn leave_running(env: &Env) {
     let h = end_the_job(env, Ending::LeaveRunning);
     assert_eq!(h.code, Some(0), "{}", h.stderr);
+    assert_eq!(h.previous, "released -");
     assert!(
         h.late_writes > 0,
         "--leave-running held the lock for the worker"
@@ -201,10 +221,14 @@ fn leave_running(env: &Env) {
 fn pkill_dlock(env: &Env) {
     let h = no_late_writes(env, Ending::PkillDlock);
     assert_eq!(h.code, Some(143), "{}", h.stderr);
+    assert_eq!(h.previous, "failed 143");
 }
 
 fn kill_dlock(env: &Env) {
     let h = no_late_writes(env, Ending::KillDlock);
+    // Released by the watchdog for the dead dlock, with the command's status (its shell died
+    // of the SIGTERM the watchdog sent).
+    assert_eq!(h.previous, "failed 143");
     // The worker ignores SIGTERM: SIGKILL comes one kill grace (1s) after dlock's death, then
     // the watchdog releases. Without that release the next holder waits out the 30 s ttl.
     assert!(
