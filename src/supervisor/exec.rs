@@ -357,20 +357,7 @@ pub unsafe fn release(launch: *mut Launch, code: i32) {
         l.marker[..at].copy_from_slice(prefix);
         l.marker[at] = b'=';
         at += 1;
-        let mut digits = [0u8; 11];
-        let (mut n, mut len) = (code.unsigned_abs(), 0);
-        loop {
-            digits[len] = b'0' + (n % 10) as u8;
-            len += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for i in (0..len).rev() {
-            l.marker[at] = digits[i];
-            at += 1;
-        }
+        at += tree::decimal(code.unsigned_abs(), &mut l.marker[at..]);
         l.marker[at] = 0;
         // After the lease's variables (the first free slot), before the closing NULL.
         let mut slot = l.inherited_env;

@@ -32,13 +32,11 @@ fn number(s: &[u8]) -> Option<i64> {
     Some(n)
 }
 
-/// `/proc/PID/stat` into `buf`, as a NUL-terminated path built on the stack.
-unsafe fn stat(pid: pid_t) -> Option<Stat> {
-    let mut path = [0u8; 32];
-    let prefix = b"/proc/";
-    path[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 12];
-    let (mut n, mut len) = (pid as u32, 0);
+/// Write `n` in decimal at the start of `out` (room for 10 digits); returns how many bytes.
+/// Async-signal-safe: no allocation, for the forked watchdog.
+pub(super) fn decimal(mut n: u32, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
     loop {
         digits[len] = b'0' + (n % 10) as u8;
         len += 1;
@@ -47,11 +45,18 @@ unsafe fn stat(pid: pid_t) -> Option<Stat> {
             break;
         }
     }
-    let mut at = prefix.len();
-    for i in (0..len).rev() {
-        path[at] = digits[i];
-        at += 1;
+    for (o, d) in out.iter_mut().zip(digits[..len].iter().rev()) {
+        *o = *d;
     }
+    len
+}
+
+/// `/proc/PID/stat` into `buf`, as a NUL-terminated path built on the stack.
+unsafe fn stat(pid: pid_t) -> Option<Stat> {
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let at = prefix.len() + decimal(pid as u32, &mut path[prefix.len()..]);
     path[at..at + 5].copy_from_slice(b"/stat");
     let mut buf = [0u8; 512];
     // SAFETY: open/read/close on a NUL-terminated path and a stack buffer.
@@ -205,6 +210,15 @@ fn command_line(pid: pid_t) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_are_written_without_allocating() {
+        let mut out = [0u8; 12];
+        for n in [0u32, 7, 42, 137, 4_294_967_295] {
+            let len = decimal(n, &mut out);
+            assert_eq!(&out[..len], n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn a_stat_line_is_read_past_any_command_name() {
