@@ -132,8 +132,18 @@ fn never_partly_held_after_a_kill(env: &Env) {
             "30",
         ]);
         std::thread::sleep(Duration::from_millis(3 * round));
+        let watchdog = children_of(c.id());
         signal(c.id(), libc::SIGKILL);
         let _ = c.wait();
+        // A watchdog that had started the command releases the lease once its tree is gone:
+        // look only once it is done (its two names are released together, but read here
+        // one after the other).
+        assert!(
+            wait_for(Duration::from_secs(10), || watchdog
+                .iter()
+                .all(|&p| !running(p))),
+            "round {round}: the watchdog did not finish"
+        );
         let owners = |name: &str| -> Vec<String> {
             let st = env.inspect(name);
             let mut o: Vec<String> = st["holders"]
