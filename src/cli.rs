@@ -26,7 +26,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
         --store URLs for a lock held by a majority of them. \
         Durations are 500ms, 30s, 5m, 1h, or a bare number of seconds (5, 0.5).",
     after_help = "Exit codes: 0 ok, 1 not the holder / failure, 64 usage, 69 stores unavailable, \
-        70 lock lost (run), 75 not acquired, 77 refused by the store, 78 store misconfigured, \
+        70 lock lost (run), 74 lock's token not written (released), 75 not acquired, 77 refused by the store, 78 store misconfigured, \
         124 --max-runtime ran out (run).",
     propagate_version = true,
     disable_help_subcommand = true

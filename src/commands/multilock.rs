@@ -39,8 +39,7 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         };
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
         let Some(prepared) = prepared else {
-            super::lock::print_token(ctx, &lease);
-            return Ok(0);
+            return super::lock::hand_over(ctx, &lease).await;
         };
         supervisor::supervise_with(
             &ctx.shards,

@@ -41,4 +41,5 @@ mod store_redis_cluster;
 mod store_sql;
 mod store_zk;
 mod supervisor;
+mod token_output;
 mod waiter;
