@@ -42,4 +42,5 @@ mod store_sql;
 mod store_zk;
 mod supervisor;
 mod token_output;
+mod vanished_store;
 mod waiter;
