@@ -272,7 +272,14 @@ impl Engine {
         // The stores that failed the last attempt, and whether this wait rode out an outage.
         let mut erred: Vec<usize> = Vec::new();
         let mut rode_out = false;
+        let initial = req;
         loop {
+            // Each attempt carries its own time: a grant is stamped when it is made.
+            let stamped = Acquire {
+                meta: crate::meta::restamped(&initial.meta),
+                ..initial.clone()
+            };
+            let req = &stamped;
             let queued = listeners.is_some();
             let t0 = Instant::now();
             let results = self

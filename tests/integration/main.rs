@@ -19,6 +19,7 @@ mod exclusion;
 mod forget;
 mod frozen;
 mod generated;
+mod held_for;
 mod holder;
 mod hygiene;
 mod job_control;
