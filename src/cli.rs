@@ -88,6 +88,8 @@ Environment of the command:
   DLOCK_FENCES    name=fence for every name held, comma-separated (multilock)
   DLOCK_PREVIOUS  how the lease before this one ended: none, released, or expired (its holder
                   died or lost it mid-work: check what it left behind)
+  DLOCK_STORE_ID  the stores and namespace of the lease, as a digest: a `dlock run` of the
+                  same name inside the command runs at once and takes nothing
 
 Exit codes:
   the command's own code when it ran; 128+N when it was killed by signal N

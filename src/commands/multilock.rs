@@ -35,7 +35,10 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         // The watchdog is forked before the wait, not between the grant and the command.
         let prepared = match detached {
             true => None,
-            false => Some(supervisor::prepare(&args.command, &req.names, grace)?),
+            false => Some(
+                supervisor::prepare(&args.command, &req.names, grace)?
+                    .with_store_id(ctx.shards.store_id()),
+            ),
         };
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
         let Some(prepared) = prepared else {

@@ -53,7 +53,7 @@ pub struct Launch {
 }
 
 /// How many variables dlock sends at the start (`spawn::vars`).
-pub const VARS: usize = 5;
+pub const VARS: usize = 6;
 
 impl Launch {
     /// `command` as the user gave it; `room`: the most bytes the lease's variables can take;

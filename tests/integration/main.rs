@@ -28,6 +28,7 @@ mod lost_messages;
 mod mixed;
 mod modes;
 mod multilock;
+mod nested;
 mod process_tree;
 mod proxy;
 mod quorum;
