@@ -14,6 +14,7 @@ use crate::store::url::{self, StoreUrl};
 
 pub fn main() -> i32 {
     crate::sys::started();
+    crate::sys::standard_fds();
     if let Some(code) = version_only() {
         return code;
     }

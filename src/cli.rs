@@ -26,7 +26,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
         --store URLs for a lock held by a majority of them. \
         Durations are 500ms, 30s, 5m, 1h, or a bare number of seconds (5, 0.5).",
     after_help = "Exit codes: 0 ok, 1 not the holder / failure, 64 usage, 69 stores unavailable, \
-        70 lock lost (run), 75 not acquired, 77 refused by the store, 78 store misconfigured, \
+        70 lock lost (run), 74 lock's token not written (released), 75 not acquired, 77 refused by the store, 78 store misconfigured, \
         124 --max-runtime ran out (run).",
     propagate_version = true,
     disable_help_subcommand = true
@@ -91,6 +91,8 @@ Environment of the command:
                   vanished mid-work): clean up after anything but released or none
   DLOCK_PREVIOUS_EXIT  after failed, the code that run ended with (3, 137 for SIGKILL, 124
                   for --max-runtime, 70 for a lost lock), when known; unset otherwise
+  DLOCK_STORE_ID  the stores and namespace of the lease, as a digest: a `dlock run` of the
+                  same name inside the command runs at once and takes nothing
 
 When the job ends (the job: the command and every process it started):
   the command is killed, or dlock stops it (Ctrl-C, a signal dlock forwards, a lost lease,

@@ -24,6 +24,9 @@ pub enum ExitCode {
     /// The store, as it is set up, can never do what was asked (EX_CONFIG): retrying is
     /// pointless until someone changes its configuration, unlike `Unavailable`.
     Config,
+    /// dlock could not write its own result (`lock`'s token to a full disk or a closed
+    /// stdout): the lock was released first, since nobody has its token (EX_IOERR).
+    IoError,
     /// `run --max-runtime`: the command ran too long and was stopped (as `timeout(1)`).
     TimedOut,
     /// Any other number: a child's status passed through, 128+N for a signal, or `-E CODE`.
@@ -38,6 +41,7 @@ impl From<ExitCode> for i32 {
             ExitCode::Usage => 64,
             ExitCode::Unavailable => 69,
             ExitCode::LockLost => 70,
+            ExitCode::IoError => 74,
             ExitCode::NotAcquired => 75,
             ExitCode::Refused => 77,
             ExitCode::Config => 78,
@@ -91,6 +95,7 @@ mod tests {
             (ExitCode::Usage, 64),
             (ExitCode::Unavailable, 69),
             (ExitCode::LockLost, 70),
+            (ExitCode::IoError, 74),
             (ExitCode::NotAcquired, 75),
             (ExitCode::Refused, 77),
             (ExitCode::Config, 78),

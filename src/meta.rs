@@ -63,6 +63,24 @@ pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> Stri
     json!({ "pid": crate::sys::pid(), "version": env!("CARGO_PKG_VERSION") }).to_string()
 }
 
+/// `meta` with its `acquired_at` set to now. The engine stamps each grant attempt so, so that
+/// "held for" counts from the grant, not from dlock's start: a holder that waited a minute
+/// for the lock has not held it for that minute. The stamp keeps its length, so the metadata
+/// still fits `MAX_META`; metadata without one (or another version's) is left as it is.
+pub fn restamped(meta: &str) -> String {
+    const KEY: &str = "\"acquired_at\":\"";
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let Some(at) = meta.find(KEY).map(|i| i + KEY.len()) else {
+        return meta.to_string();
+    };
+    match meta.get(at..at + now.len() + 1) {
+        Some(old) if old.ends_with('"') => {
+            format!("{}{now}{}", &meta[..at], &meta[at + now.len()..])
+        }
+        _ => meta.to_string(),
+    }
+}
+
 /// One word as a POSIX shell reads it back: bare when it has only characters no shell treats
 /// specially, otherwise in single quotes (a quote inside written as '\'').
 pub fn shell_quote(word: &str) -> String {
@@ -183,6 +201,23 @@ mod tests {
         assert!(m.len() <= MAX_META);
         let huge = holder(&["x".repeat(100_000).into()]);
         assert!(huge.len() <= MAX_META);
+    }
+
+    #[test]
+    fn a_restamp_moves_only_the_time_of_the_grant() {
+        let old = r#"{"acquired_at":"2020-01-01T00:00:00Z","command":"x \"acquired_at\"","pid":1}"#;
+        let new = restamped(old);
+        let v = parse(&new);
+        assert_eq!(new.len(), old.len());
+        assert_ne!(v["acquired_at"], "2020-01-01T00:00:00Z");
+        assert!(held_for(&v).unwrap() < std::time::Duration::from_secs(5));
+        assert_eq!(v["command"], "x \"acquired_at\"");
+        assert_eq!(v["pid"], 1);
+        assert_eq!(restamped("{}"), "{}");
+        assert_eq!(
+            restamped(r#"{"acquired_at":"x"}"#),
+            r#"{"acquired_at":"x"}"#
+        );
     }
 
     #[test]

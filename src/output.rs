@@ -58,14 +58,28 @@ impl Output {
 
     /// One result line on stdout.
     pub fn line(&self, text: &str) {
-        let mut out = io::stdout().lock();
-        if let Err(e) = writeln!(out, "{text}").and_then(|_| out.flush()) {
+        if let Err(e) = self.try_line(text) {
             closed_stdout(e);
         }
     }
 
+    /// One result line on stdout, written through (flushed), or why it could not be: for a
+    /// result that must not be lost unnoticed (`lock`'s token).
+    pub fn try_line(&self, text: &str) -> io::Result<()> {
+        if sys::stdout_closed() {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        let mut out = io::stdout().lock();
+        writeln!(out, "{text}").and_then(|_| out.flush())
+    }
+
     pub fn json_value(&self, value: &serde_json::Value) {
         self.line(&serde_json::to_string(value).expect("json serializes"));
+    }
+
+    /// `json_value`, as `try_line`.
+    pub fn try_json_value(&self, value: &serde_json::Value) -> io::Result<()> {
+        self.try_line(&serde_json::to_string(value).expect("json serializes"))
     }
 
     fn err(&self, label: &str, style: fn(&str) -> ColoredString, msg: &str) {

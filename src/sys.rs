@@ -288,6 +288,33 @@ impl Drop for Foreground {
     }
 }
 
+/// Whether stdout was closed when dlock started (see `standard_fds`).
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Open /dev/null on any of descriptors 0, 1, 2 that dlock was started without (`dlock lock
+/// x >&-`), as std's own start-up does (which `main` skips): otherwise the first socket or
+/// file dlock opens takes the number, and the token meant for stdout would be written into a
+/// store's connection. A closed stdout is remembered, so that writing a result fails as it
+/// would have, instead of vanishing into /dev/null.
+pub fn standard_fds() {
+    for fd in 0..3 {
+        // SAFETY: fcntl and open take no pointers of ours but the literal path.
+        unsafe {
+            if libc::fcntl(fd, libc::F_GETFD) == -1 {
+                libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if fd == 1 {
+                    STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Whether dlock was started with stdout closed.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// When this process started its work, for messages that say how long something took.
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 

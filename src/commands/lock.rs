@@ -7,7 +7,7 @@ use super::{acquire_with, holder_request, millis, mode};
 use crate::cli::LockArgs;
 use crate::engine::{Lease, previous};
 use crate::events::Events;
-use crate::exit::Result;
+use crate::exit::{Error, ExitCode, Result};
 
 pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     let req = holder_request(
@@ -21,13 +21,32 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     let events = Events::open(args.holder.events.as_deref(), false)?;
     let lease = acquire_with(ctx, &req, &args.acquire, &events).await;
     events.finish();
-    let lease = lease?;
-    print_token(ctx, &lease);
-    Ok(0)
+    hand_over(ctx, &lease?).await
+}
+
+/// Print the token of a lease that outlives dlock; if it cannot be written (a full disk, a
+/// closed stdout or pipe), nobody would ever have the token, and the lock would stay held for
+/// the whole ttl: release it, and exit 74.
+pub async fn hand_over(ctx: &Ctx, lease: &Lease) -> Result<i32> {
+    let Err(e) = print_token(ctx, lease) else {
+        return Ok(0);
+    };
+    let names = &lease.req.names;
+    // No job ran under it: the next holder is told of the holder before, as it was.
+    ctx.shards
+        .release(names, &lease.req.token, crate::store::Outcome::Withdrawn)
+        .await;
+    Err(Error::new(
+        ExitCode::IoError,
+        format!(
+            "cannot write the token to stdout ({e}), so nobody would have it: released {}",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// The token on stdout (it is all a script captures); the rest as JSON or a terminal notice.
-pub fn print_token(ctx: &Ctx, lease: &Lease) {
+fn print_token(ctx: &Ctx, lease: &Lease) -> std::io::Result<()> {
     let req = &lease.req;
     let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
     if ctx.out.json {
@@ -46,9 +65,9 @@ pub fn print_token(ctx: &Ctx, lease: &Lease) {
             v["modes"] = json!(req.modes);
             v["fences"] = json!(fences);
         }
-        ctx.out.json_value(&v);
+        ctx.out.try_json_value(&v)
     } else {
-        ctx.out.line(&req.token);
+        ctx.out.try_line(&req.token)?;
         let f: Vec<String> = fences.iter().map(u64::to_string).collect();
         ctx.out.notice(&format!(
             "locked {} (fence {}, previous {}, ttl {}); release with: dlock unlock NAME --token TOKEN",
@@ -57,5 +76,6 @@ pub fn print_token(ctx: &Ctx, lease: &Lease) {
             previous(lease),
             humantime::format_duration(req.ttl)
         ));
+        Ok(())
     }
 }

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod list;
 pub mod lock;
 pub mod multilock;
+mod nested;
 pub mod run;
 pub mod shards;
 pub mod unlock;

@@ -35,17 +35,19 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         // The watchdog is forked before the wait, not between the grant and the command.
         let prepared = match detached {
             true => None,
-            false => Some(supervisor::prepare(
-                &args.command,
-                &req.names,
-                grace,
-                args.supervise.leave_running,
-            )?),
+            false => Some(
+                supervisor::prepare(
+                    &args.command,
+                    &req.names,
+                    grace,
+                    args.supervise.leave_running,
+                )?
+                .with_store_id(ctx.shards.store_id()),
+            ),
         };
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
         let Some(prepared) = prepared else {
-            super::lock::print_token(ctx, &lease);
-            return Ok(0);
+            return super::lock::hand_over(ctx, &lease).await;
         };
         supervisor::supervise_with(
             &ctx.shards,

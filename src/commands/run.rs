@@ -31,8 +31,11 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         )));
     }
     let (names, command) = names_and_command(args.name, args.any, args.command)?;
-    // One request per name, each with its own token; the holder's metadata is built once.
     let mode = mode(&args.mode);
+    if super::nested::inside_holder(ctx, &names, mode).await? {
+        return Err(super::nested::exec(&command));
+    }
+    // One request per name, each with its own token; the holder's metadata is built once.
     let base = holder_request(
         Vec::new(),
         args.acquire.ttl,
@@ -58,7 +61,8 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let ended = async {
         // The watchdog is forked now, not between the grant and the command.
         let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
-        let prepared = supervisor::prepare(&command, &all, grace, args.supervise.leave_running)?;
+        let prepared = supervisor::prepare(&command, &all, grace, args.supervise.leave_running)?
+            .with_store_id(ctx.shards.store_id());
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         let names = lease.req.names.clone();
         tokio::select! {

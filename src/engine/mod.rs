@@ -100,6 +100,8 @@ pub struct Lease {
 pub struct Tally {
     pub yes: usize,
     pub no: usize,
+    /// Why some of the `no` said so, where a store could tell (`store::FORGOTTEN`).
+    pub gone: Vec<StoreError>,
     pub errors: Vec<StoreError>,
 }
 
@@ -270,7 +272,14 @@ impl Engine {
         // The stores that failed the last attempt, and whether this wait rode out an outage.
         let mut erred: Vec<usize> = Vec::new();
         let mut rode_out = false;
+        let initial = req;
         loop {
+            // Each attempt carries its own time: a grant is stamped when it is made.
+            let stamped = Acquire {
+                meta: crate::meta::restamped(&initial.meta),
+                ..initial.clone()
+            };
+            let req = &stamped;
             let queued = listeners.is_some();
             let t0 = Instant::now();
             let results = self
@@ -614,24 +623,25 @@ impl Engine {
         }
         let req = &lease.req;
         let need = self.majority();
-        let tally = self.tally(
-            self.fan_out_until(
+        let answers = self
+            .fan_out_until(
                 &self.all(),
                 |s| s.renew(&req.names, &req.token, req.ttl),
                 |done| yes(done) >= need,
                 Duration::ZERO,
             )
-            .await,
-        );
+            .await;
+        let tally = self.tally(answers);
         if tally.yes >= need && timing::validity(req.ttl, t0.elapsed()).is_some() {
             lease.deadline = lease.deadline.max(t0 + req.ttl - timing::drift(req.ttl));
             return Ok(());
         }
         if tally.no > self.stores.len() - need {
-            return Err(EngineError::Lost(format!(
-                "the lease is no longer held by a majority ({} of {} stores say it is gone)",
+            let why: Vec<String> = tally.gone.iter().map(|e| e.to_string()).collect();
+            return Err(EngineError::Lost(gone_message(
+                &why,
                 tally.no,
-                self.stores.len()
+                self.stores.len(),
             )));
         }
         Err(unreachable(tally.errors, self.stores.len(), need))
@@ -643,6 +653,12 @@ impl Engine {
             match r {
                 Ok(true) => t.yes += 1,
                 Ok(false) => t.no += 1,
+                // A store that says why the lease is gone (it lost its data) answered "no"
+                // as surely as one that only says it is not there.
+                Err(e) if e.kind() == ErrorKind::LeaseGone => {
+                    t.no += 1;
+                    t.gone.push(e);
+                }
                 Err(e) => t.errors.push(e),
             }
         }
@@ -744,6 +760,23 @@ fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
         EngineError::Refused(msg)
     } else {
         EngineError::Unavailable(msg)
+    }
+}
+
+/// Why a renewal found the lease gone from `no` of `n` stores, with the reasons some gave.
+fn gone_message(why: &[String], no: usize, n: usize) -> String {
+    match (why, n) {
+        ([one], 1) => one.clone(),
+        ([], 1) => "the lease is no longer held by the store (taken by `unlock --force`, run out, \
+                    or the store's data deleted)"
+            .into(),
+        ([], _) => {
+            format!("the lease is no longer held by a majority ({no} of {n} stores say it is gone)")
+        }
+        _ => format!(
+            "the lease is no longer held by a majority ({no} of {n} stores say it is gone: {})",
+            why.join("; ")
+        ),
     }
 }
 

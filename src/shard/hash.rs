@@ -33,10 +33,22 @@ pub fn weight(label: &str, namespace: &str, name: &str) -> u64 {
 /// The fingerprint of a shard list in canonical form (labels sorted): 128 bits of SHA-256 in
 /// hex, after a version line so a future format can never be mistaken for this one.
 pub fn fingerprint(labels: &[String]) -> String {
+    digest("dlock shard list 1", labels.iter().map(String::as_str))
+}
+
+/// What a `run` tells its command of the stores and namespace it holds its lock on
+/// (`DLOCK_STORE_ID`), so that a `dlock run` inside can tell the same stores from others
+/// without the URLs (which may carry passwords) in the environment.
+pub fn store_id(namespace: &str, labels: &[String]) -> String {
+    let parts = std::iter::once(namespace).chain(labels.iter().map(String::as_str));
+    digest("dlock store id 1", parts)
+}
+
+/// 128 bits of SHA-256 in hex over a version line and `parts`, each line ended by a newline.
+fn digest<'a>(version: &'a str, parts: impl Iterator<Item = &'a str>) -> String {
     let mut h = Sha256::new();
-    h.update(b"dlock shard list 1\n");
-    for label in labels {
-        h.update(label.as_bytes());
+    for part in std::iter::once(version).chain(parts) {
+        h.update(part.as_bytes());
         h.update(b"\n");
     }
     h.finalize()[..16]

@@ -50,8 +50,17 @@ pub(super) struct Answer {
 impl Shards {
     /// This list's fingerprint (see `hash::fingerprint`).
     pub fn fingerprint(&self) -> String {
-        let labels: Vec<String> = self.shards.iter().map(|s| s.label.clone()).collect();
-        hash::fingerprint(&labels)
+        hash::fingerprint(&self.labels())
+    }
+
+    fn labels(&self) -> Vec<String> {
+        self.shards.iter().map(|s| s.label.clone()).collect()
+    }
+
+    /// The stores and namespace this client locks on, as `run` gives them to its command
+    /// (see `hash::store_id`).
+    pub fn store_id(&self) -> String {
+        hash::store_id(&self.namespace, &self.labels())
     }
 
     /// Read (and on first use write) every store's record, each within its store timeout.

@@ -149,10 +149,13 @@ async fn release_as(s: &dyn Store, req: &Acquire, outcome: Outcome) -> bool {
         .unwrap_or_else(|e| panic!("release ({outcome:?}): {e}"))
 }
 
+/// A renewal's answer; a store may say "no" with its reason (`ErrorKind::LeaseGone`).
 async fn renew(s: &dyn Store, req: &Acquire, ttl: Duration) -> bool {
-    within(s.renew(&req.names, &req.token, ttl))
-        .await
-        .unwrap_or_else(|e| panic!("renew: {e}"))
+    match within(s.renew(&req.names, &req.token, ttl)).await {
+        Ok(held) => held,
+        Err(e) if e.kind() == super::ErrorKind::LeaseGone => false,
+        Err(e) => panic!("renew: {e}"),
+    }
 }
 
 async fn inspect(s: &dyn Store, name: &str) -> super::LockState {

@@ -27,8 +27,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Acquire, Attempt, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode, Outcome,
-    Previous, Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
+    Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode,
+    Outcome, Previous, Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
 };
 use crate::sys;
 
@@ -237,6 +237,11 @@ impl Dir {
         self.dir.join(file_name(name))
     }
 
+    /// Whether the namespace's directory is no longer there (not merely unreadable).
+    fn deleted(&self) -> bool {
+        fs::symlink_metadata(&self.dir).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+    }
+
     fn read(&self, name: &str) -> StoreResult<State> {
         let path = self.path(name);
         match fs::read(&path) {
@@ -411,25 +416,42 @@ impl Store for FileStore {
 
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         let (names, token) = (names.to_vec(), token.to_string());
-        self.locked(move |fs| {
-            let now = now_ns();
-            let mut states = Vec::new();
-            for name in &names {
-                let mut st = fs.read(name)?;
-                match st
-                    .holders
-                    .iter_mut()
-                    .find(|h| h.token == token && h.deadline > now && st.boot == fs.boot)
-                {
-                    Some(h) => h.deadline = now + ns(ttl),
-                    None => return Ok(false),
+        let renewed = self
+            .locked(move |fs| {
+                let now = now_ns();
+                let mut states = Vec::new();
+                for name in &names {
+                    let mut st = fs.read(name)?;
+                    match st
+                        .holders
+                        .iter_mut()
+                        .find(|h| h.token == token && h.deadline > now && st.boot == fs.boot)
+                    {
+                        Some(h) => h.deadline = now + ns(ttl),
+                        // Every end of a lease writes `previous`: none written, and no lease
+                        // of ours, means the state file was deleted (or replaced) under us.
+                        None if Previous::parse(&st.previous) == Previous::None => {
+                            return Err(StoreError::lease_gone(super::FORGOTTEN));
+                        }
+                        None => return Ok(false),
+                    }
+                    states.push((name.clone(), st));
                 }
-                states.push((name.clone(), st));
+                fs.commit(&states)?;
+                Ok(true)
+            })
+            .await;
+        // The namespace's directory deleted: its leases went with it. Nothing is created
+        // again here (`locked` makes only the flock file, inside the directory).
+        match renewed {
+            Err(e) if e.kind() != ErrorKind::LeaseGone && self.0.deleted() => {
+                Err(StoreError::lease_gone(format!(
+                    "the lease is gone: the store's directory {} was deleted",
+                    self.0.dir.display()
+                )))
             }
-            fs.commit(&states)?;
-            Ok(true)
-        })
-        .await
+            other => other,
+        }
     }
 
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {

@@ -574,6 +574,12 @@ pub fn clock_finding(health: &mut Health, server_ms: i64, before: i64, after: i6
     health.findings.push(Finding::new("clock", severity, text));
 }
 
+/// Why a renewal failed when the store no longer has the lease and has no record of any
+/// lease on the name ending either (a release, an expiry and `unlock --force` all leave one):
+/// the store lost its data under the holder. With `StoreError::lease_gone`.
+pub const FORGOTTEN: &str =
+    "the lease is gone from the store, with no record of its end (was the store's data deleted?)";
+
 /// How `Store::shard_list` treats a record that is already there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TagWrite {
@@ -628,7 +634,9 @@ pub trait Store: Send + Sync {
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>>;
 
     /// Push the lease's expiry to `ttl` from now if `token` still holds every name.
-    /// `Ok(false)`: it does not (expired, released, or never granted here).
+    /// `Ok(false)`: it does not (expired, released, or never granted here). A store that can
+    /// tell that it lost the lease with its data answers `ErrorKind::LeaseGone` instead,
+    /// saying so (`FORGOTTEN`): the engine takes it as the same "no", with a reason.
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool>;
 
     /// Release whatever `token` holds or has queued on `names`, and record how the lease

@@ -76,6 +76,7 @@ fn margin(grace: Duration) -> Duration {
 }
 
 pub use spawn::Prepared;
+pub(crate) use spawn::not_run;
 
 /// Fork the watchdog of `command` before asking for a lock on (some of) `names`, so that the
 /// fork is not between the grant and the command (see `spawn`). `leave_running`: the

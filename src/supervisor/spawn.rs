@@ -28,6 +28,7 @@ pub const LEASE_VARS: [&str; super::exec::VARS] = [
     "DLOCK_PREVIOUS",
     // Only when the previous job failed with a known status; never inherited.
     "DLOCK_PREVIOUS_EXIT",
+    "DLOCK_STORE_ID",
 ];
 
 /// A watchdog forked and waiting to start the command.
@@ -36,6 +37,8 @@ pub struct Prepared {
     command: Vec<OsString>,
     found: bool,
     room: usize,
+    /// `DLOCK_STORE_ID`: the stores and namespace of the lease (see `with_store_id`).
+    store_id: String,
 }
 
 /// A started job: the command's process group, and dlock's end of the watchdog (dlock's
@@ -56,7 +59,8 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let cannot = |e: std::io::Error| Error::failure(format!("cannot start the watchdog: {e}"));
     let pipes = Pipes::new().map_err(cannot)?;
-    // Every name twice (DLOCK_NAME, DLOCK_FENCES), a fence for each, a token, the rest.
+    // Every name twice (DLOCK_NAME, DLOCK_FENCES), a fence for each, a token, the store id,
+    // the rest.
     let room = 1024 + names.iter().map(|n| 2 * n.len() + 48).sum::<usize>();
     let launch = Box::into_raw(Box::new(Launch::new(
         command,
@@ -98,6 +102,7 @@ pub fn prepare(
         command: command.to_vec(),
         found,
         room,
+        store_id: String::new(),
     })
 }
 
@@ -125,6 +130,13 @@ unsafe fn become_watchdog(setup: keeper::Setup) -> ! {
 }
 
 impl Prepared {
+    /// Tell the command which stores and namespace its lease is on (`Shards::store_id`), so
+    /// that a `dlock run` of the same name inside it passes through.
+    pub fn with_store_id(mut self, id: String) -> Prepared {
+        self.store_id = id;
+        self
+    }
+
     /// The command's first word, as the user gave it.
     pub fn program(&self) -> &std::ffi::OsStr {
         &self.command[0]
@@ -136,7 +148,7 @@ impl Prepared {
         if !self.found {
             return Err(not_run(&self.command, std::io::ErrorKind::NotFound.into()));
         }
-        let vars = vars(lease);
+        let vars = vars(lease, &self.store_id);
         let lost = |e: std::io::Error| Error::failure(format!("cannot start the command: {e}"));
         if vars.len() > self.room {
             return Err(lost(std::io::Error::other("too many lock names")));
@@ -155,7 +167,7 @@ impl Prepared {
 }
 
 /// The lease's variables, each `NAME=value` ending in NUL, in the order of `LEASE_VARS`.
-fn vars(lease: &Lease) -> Vec<u8> {
+fn vars(lease: &Lease, store_id: &str) -> Vec<u8> {
     let req = &lease.req;
     let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
     // Each name with its own fence, for a child that fences several resources: names hold no
@@ -174,6 +186,7 @@ fn vars(lease: &Lease) -> Vec<u8> {
         Some(pairs.join(",")),
         Some(previous.kind().to_string()),
         previous.exit().map(|code| code.to_string()),
+        Some(store_id.to_string()),
     ];
     let mut out = Vec::new();
     for (name, value) in LEASE_VARS.iter().zip(values) {
@@ -187,7 +200,7 @@ fn vars(lease: &Lease) -> Vec<u8> {
 }
 
 /// Why the command could not be run, as the shell says it.
-fn not_run(command: &[OsString], e: std::io::Error) -> Error {
+pub(crate) fn not_run(command: &[OsString], e: std::io::Error) -> Error {
     // The user's word, escaped: it must not reach the terminal raw.
     let shown = format!("{:?}", command[0].to_string_lossy());
     // The shell's conventions: 127 not found, 126 found but not runnable.

@@ -197,6 +197,24 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             ],
             64,
         ),
+        // An exclusive run inside a job that holds the name shared: it would wait for its
+        // own job forever (the outer run passes the 64 on).
+        (
+            vec![
+                s("run"),
+                s("--shared"),
+                s("nested"),
+                s("--"),
+                s(env!("CARGO_BIN_EXE_dlock")),
+                s("run"),
+                s("-w"),
+                s("5s"),
+                s("nested"),
+                s("--"),
+                s("true"),
+            ],
+            64,
+        ),
         // Durations.
         (vec![s("lock"), s("held"), s("--ttl"), s("0")], 64),
         (vec![s("lock"), s("held"), s("--ttl"), s("0s")], 64),

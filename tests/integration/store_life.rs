@@ -56,7 +56,7 @@ fn a_restart_without_the_data_is_learnt_at_the_next_renewal() {
     let o = finish(h, Duration::from_secs(30));
     assert_code(&o, 70);
     assert!(
-        stderr(&o).contains("say it is gone"),
+        stderr(&o).contains("the store's data deleted"),
         "the store's answer, not the deadline: {}",
         stderr(&o)
     );

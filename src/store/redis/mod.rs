@@ -565,11 +565,12 @@ impl Store for RedisStore {
             let (reply, replicated) = self
                 .run_replicated(&self.scripts.renew, &group, &args, Retry::Safe)
                 .await?;
-            let renewed = redis::from_redis_value::<i64>(reply)
+            match redis::from_redis_value::<i64>(reply)
                 .map_err(|e| StoreError::protocol(e.to_string()))?
-                == 1;
-            if !renewed {
-                return Ok(false);
+            {
+                1 => {}
+                -1 => return Err(StoreError::lease_gone(super::FORGOTTEN)),
+                _ => return Ok(false),
             }
             if !replicated {
                 // Not "lost": the lease is still ours, but the new deadline might not survive
