@@ -274,11 +274,7 @@ impl Engine {
         let mut rode_out = false;
         let initial = req;
         loop {
-            // Each attempt carries its own time: a grant is stamped when it is made.
-            let stamped = Acquire {
-                meta: crate::meta::restamped(&initial.meta),
-                ..initial.clone()
-            };
+            let stamped = stamped(initial);
             let req = &stamped;
             let queued = listeners.is_some();
             let t0 = Instant::now();
@@ -760,6 +756,15 @@ fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
         EngineError::Refused(msg)
     } else {
         EngineError::Unavailable(msg)
+    }
+}
+
+/// `req` as one grant attempt sends it: its metadata stamped now, so that a grant says when
+/// it was made, not when dlock started to wait for it.
+fn stamped(req: &Acquire) -> Acquire {
+    Acquire {
+        meta: crate::meta::restamped(&req.meta),
+        ..req.clone()
     }
 }
 
