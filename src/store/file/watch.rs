@@ -1,6 +1,7 @@
-//! The file store's waiters: inotify on the namespace directory wakes them when a change that
-//! may admit them touches a state file they wait on (see `Dir::wake`), and only when what it
-//! now says may admit them.
+//! The file store's waiters: inotify on the waiter's bell wakes a queued waiter when a change
+//! lets it in (see `waiters`); inotify on the namespace directory wakes a watcher without a
+//! queue entry (`dlock wait`) when a change that may admit it touches a state file it waits
+//! on (see `Dir::wake`), and only when what it now says may admit it.
 
 use std::collections::HashSet;
 use std::io;
@@ -23,6 +24,8 @@ pub(super) struct DirWatch {
     /// Always `Some` until dropped (see `Drop`).
     fd: Option<AsyncFd<OwnedFd>>,
     files: HashSet<String>,
+    /// The watch on this waiter's bell, if one could be made.
+    bell: Option<i32>,
     /// The request waiting: a change that cannot admit it (the next holder's grant, which
     /// renames the state file too) does not wake it (see `may_admit`).
     ask: (Arc<Dir>, Acquire),
@@ -35,6 +38,8 @@ impl DirWatch {
         store: Arc<Dir>,
         req: Acquire,
     ) -> io::Result<DirWatch> {
+        // Made before the directory is watched: making `.q` changes the directory.
+        let bell = store.ring_for(&req.token).ok();
         // SAFETY: plain syscalls; the path is NUL-terminated by CString.
         let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if raw < 0 {
@@ -53,17 +58,25 @@ impl DirWatch {
         if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
             return Err(io::Error::last_os_error());
         }
+        // Without a bell the waiter still hears the directory, and polls.
+        let bell = bell.and_then(|path| {
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+            // SAFETY: fd is open, c is a valid C string.
+            let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), libc::IN_ATTRIB) };
+            (wd >= 0).then_some(wd)
+        });
         // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
         let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
             .map_err(|e| io::Error::other(e.to_string()))?;
         Ok(DirWatch {
             fd: Some(fd),
             files,
+            bell,
             ask: (store, req),
         })
     }
 
-    fn fd(&self) -> &AsyncFd<OwnedFd> {
+    pub(super) fn fd(&self) -> &AsyncFd<OwnedFd> {
         self.fd
             .as_ref()
             .expect("the inotify descriptor lives until drop")
@@ -87,10 +100,10 @@ impl DirWatch {
         })
     }
 
-    /// Read pending events; true if one names a watched file.
-    fn drain(&self) -> io::Result<bool> {
+    /// Read pending events: whether the bell rang, and whether one names a watched file.
+    pub(super) fn drain(&self) -> io::Result<(bool, bool)> {
         let mut buf = [0u8; 4096];
-        let mut hit = false;
+        let (mut rung, mut hit) = (false, false);
         loop {
             // SAFETY: buf is writable for its length.
             let n = unsafe {
@@ -103,7 +116,7 @@ impl DirWatch {
             if n < 0 {
                 let e = io::Error::last_os_error();
                 return if e.kind() == io::ErrorKind::WouldBlock {
-                    Ok(hit)
+                    Ok((rung, hit))
                 } else {
                     Err(e)
                 };
@@ -112,6 +125,8 @@ impl DirWatch {
             let mut off = 0;
             let header = std::mem::size_of::<libc::inotify_event>();
             while off + header <= n {
+                let wd = i32::from_ne_bytes(buf[off..off + 4].try_into().unwrap());
+                rung |= self.bell == Some(wd);
                 let len = u32::from_ne_bytes(buf[off + 12..off + 16].try_into().unwrap()) as usize;
                 let raw = &buf[off + header..(off + header + len).min(n)];
                 let name = raw.split(|&b| b == 0).next().unwrap_or(&[]);
@@ -136,6 +151,7 @@ impl Drop for DirWatch {
     /// CPU. In a run that ends before then, the process's exit closes it, after the
     /// release (a thread still closing it would have held up that exit as long).
     fn drop(&mut self) {
+        self.ask.0.listener_gone(&self.ask.1.token);
         let Some(fd) = self.fd.take() else { return };
         let fd = fd.into_inner();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -156,7 +172,9 @@ impl Listener for DirWatch {
                     return;
                 };
                 match self.drain() {
-                    Ok(true) if self.may_admit() => return,
+                    // The bell rings only for a waiter the change lets in.
+                    Ok((true, _)) => return,
+                    Ok((false, true)) if self.may_admit() => return,
                     // Drained to the end: wait for the next event.
                     Ok(_) => guard.clear_ready(),
                     Err(_) => return,
@@ -189,7 +207,7 @@ pub(super) mod tests {
     /// A file store in a fresh directory (namespace "t"), with `holder` granted in it.
     async fn held(holder: &Acquire) -> (tempfile::TempDir, FileStore) {
         let root = tempfile::tempdir().unwrap();
-        let store = FileStore::open(root.path(), "t").unwrap();
+        let store = FileStore::open(root.path(), "t", Default::default()).unwrap();
         grant(&store, holder).await;
         (root, store)
     }

@@ -1,0 +1,144 @@
+//! The file store's grant, release and forced release, under the namespace's flock: each
+//! reads the names' states, decides, commits, and says whom to wake once the flock is let go.
+
+use std::time::Duration;
+
+use super::{Dir, Record, State, now_ns, ns};
+use crate::store::{Acquire, Attempt, Granted, Previous, Recall, StoreResult, fence_floor_now};
+
+/// Whom a change may admit: the bells of queued waiters, and the names whose watchers
+/// without a queue entry should look (see `Dir::wake`).
+#[derive(Default)]
+pub(super) struct Wake {
+    pub bells: Vec<String>,
+    pub names: Vec<String>,
+}
+
+impl Wake {
+    /// After a change to `st` that may admit someone: ring the waiters it lets in, or, with
+    /// nobody queued, tell the watchers (a removed state file tells them by itself).
+    fn after(&mut self, dir: &Dir, name: &str, st: &mut State, except: &str) {
+        let (bells, _) = st.to_ring(&dir.dir, except);
+        self.bells.extend(bells);
+        if st.queue.is_empty() && !st.forgettable() {
+            self.names.push(name.to_string());
+        }
+    }
+}
+
+type Answer = (Attempt, Vec<Recall>);
+
+impl Dir {
+    /// One grant attempt for all of `req.names`, queuing it when `queue` and it is busy.
+    pub(super) fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Answer, Wake)> {
+        let now = now_ns();
+        let mut states = Vec::with_capacity(req.names.len());
+        let mut recall = Vec::with_capacity(req.names.len());
+        let (mut busy, mut retry_after) = (false, None::<u64>);
+        for (name, mode) in req.each() {
+            let mut st = self.read(name)?;
+            let before = st.holders.len();
+            st.purge(now, &self.boot);
+            recall.push(st.recall(now));
+            let v = st.verdict(&req.token, mode, &self.dir);
+            if !v.admitted {
+                busy = true;
+                if v.by_holder {
+                    let soonest = st.holders.iter().map(|h| h.deadline - now).min();
+                    retry_after = retry_after.min(soonest).or(soonest);
+                }
+            }
+            let dirty = v.dropped || st.holders.len() < before;
+            states.push((name.clone(), st, dirty));
+        }
+        if busy {
+            if queue {
+                self.enqueue(&mut states, req);
+            }
+            let mut wake = Wake::default();
+            let mut changed = Vec::new();
+            for (name, mut st, dirty) in states {
+                if dirty {
+                    wake.after(self, &name, &mut st, &req.token);
+                    changed.push((name, st));
+                }
+            }
+            self.commit(&changed)?;
+            let busy = Attempt::Busy {
+                retry_after: retry_after.map(Duration::from_nanos),
+            };
+            return Ok(((busy, recall), wake));
+        }
+        let mut granted = Vec::with_capacity(states.len());
+        let mut changed = Vec::with_capacity(states.len());
+        for ((name, mut st, _), (_, mode)) in states.into_iter().zip(req.each()) {
+            st.dequeue(&req.token);
+            // Floored at the wall clock, not CLOCK_BOOTTIME: that one starts again at every
+            // boot, and an emptied directory must not take the fences back.
+            st.fence = (st.fence + 1).max(fence_floor_now()).max(st.floor + 1);
+            st.holders.push(Record {
+                token: req.token.clone(),
+                mode: mode.code(),
+                fence: st.fence,
+                deadline: now + ns(req.ttl),
+                meta: req.meta.clone(),
+            });
+            granted.push(Granted {
+                fence: st.fence,
+                previous: Previous::parse(&st.previous),
+                started: None,
+            });
+            changed.push((name, st));
+        }
+        self.commit(&changed)?;
+        self.drop_bell(&req.token);
+        Ok(((Attempt::Granted(granted), recall), Wake::default()))
+    }
+
+    /// Release whatever `token` holds or has queued on `names`; true if it held any.
+    pub(super) fn release(&self, names: &[String], token: &str) -> StoreResult<(bool, Wake)> {
+        let now = now_ns();
+        let (mut any, mut wake, mut changed) = (false, Wake::default(), Vec::new());
+        for name in names {
+            let mut st = self.read(name)?;
+            let before = st.holders.len();
+            st.purge(now, &self.boot);
+            let purged = st.holders.len() < before;
+            let live = st.holders.len();
+            st.holders.retain(|h| h.token != token);
+            let held = st.holders.len() < live;
+            if held {
+                st.previous = Previous::Released.as_str().into();
+                any = true;
+            }
+            let queued = st.dequeue(token);
+            if purged || held || queued {
+                wake.after(self, name, &mut st, token);
+                changed.push((name.clone(), st));
+            }
+        }
+        self.commit(&changed)?;
+        self.drop_bell(token);
+        Ok((any, wake))
+    }
+
+    /// Drop every holder of `names`; true if there was any.
+    pub(super) fn force_release(&self, names: &[String]) -> StoreResult<(bool, Wake)> {
+        let now = now_ns();
+        let (mut any, mut wake, mut changed) = (false, Wake::default(), Vec::new());
+        for name in names {
+            let mut st = self.read(name)?;
+            st.purge(now, &self.boot);
+            if !st.holders.is_empty() {
+                st.holders.clear();
+                // The holder did not finish by itself: its successor should know.
+                st.previous = Previous::Expired.as_str().into();
+                any = true;
+                wake.after(self, name, &mut st, "");
+                changed.push((name.clone(), st));
+            }
+        }
+        self.commit(&changed)?;
+        Ok((any, wake))
+    }
+}
