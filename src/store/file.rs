@@ -346,10 +346,10 @@ impl Dir {
             waiters: st
                 .live_waiters(&self.dir)
                 .into_iter()
-                .map(|w| Waiter {
+                .map(|(w, meta)| Waiter {
                     owner: crate::names::owner_id(&w.token),
                     mode: Mode::from_code(&w.mode).unwrap_or(Mode::Exclusive),
-                    meta: crate::meta::parse(&w.meta),
+                    meta: crate::meta::parse(&meta),
                 })
                 .collect(),
             fence: st.fence,
@@ -409,6 +409,9 @@ impl Store for FileStore {
     }
 
     async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        if let Some(busy) = self.0.busy_at_a_glance(req, queue) {
+            return Ok(busy);
+        }
         let req = req.clone();
         let answer = self.locked(move |fs| fs.attempt(&req, queue)).await?;
         Ok(self.woken(answer))

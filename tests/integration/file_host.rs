@@ -273,3 +273,27 @@ fn the_longest_names_work() {
         assert_code(&env.run(&["run", "-n", &long, "--", "true"]), 75);
     }
 }
+
+/// `doctor` warns before the store's file system is full, saying what a full one does.
+#[test]
+fn doctor_warns_when_the_store_is_nearly_full() {
+    let env = Env::file();
+    let mnt = env.path("tmpfs");
+    let _m = Mount::new(&mnt, &["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs"]);
+    let url = format!("file://{}/locks", mnt.display());
+    let o = dlock(&url, &["doctor"]);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let space = |out: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("space"))
+            .unwrap_or_else(|| panic!("no space line in {out}"))
+            .to_string()
+    };
+    assert!(space(&out).trim_start().starts_with("ok"), "{out}");
+    std::fs::write(mnt.join("filler"), vec![0u8; 400 * 1024]).unwrap();
+    let out = stdout(&dlock(&url, &["doctor"]));
+    let line = space(&out);
+    assert!(line.trim_start().starts_with("warn"), "{out}");
+    assert!(line.contains("nearly full") && line.contains("every lock"), "{out}");
+}

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -36,15 +36,17 @@ pub(super) const BELLS: &str = ".q";
 /// How many bells one sweep looks at (see `sweep_bells`).
 const SWEEP: usize = 16;
 
-/// One queued waiter of a name.
+/// One queued waiter of a name: short keys, since every operation on the name reads and
+/// writes the whole queue (its holder metadata is in its bell, read by `inspect` only).
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub(super) struct Entry {
     /// Arrival order, the same for every name of one request.
+    #[serde(rename = "t")]
     pub ticket: u64,
+    #[serde(rename = "k")]
     pub token: String,
+    #[serde(rename = "m")]
     pub mode: String,
-    #[serde(default)]
-    pub meta: String,
 }
 
 impl Entry {
@@ -179,10 +181,17 @@ impl State {
         self.queue.len() < before
     }
 
-    /// The live waiters, in order (for `inspect`, without the flock: dead ones are skipped,
-    /// not dropped).
-    pub(super) fn live_waiters(&self, dir: &Path) -> Vec<&Entry> {
-        self.queue.iter().filter(|e| alive(dir, &e.bell())).collect()
+    /// The live waiters in order, each with its metadata (for `inspect`, without the flock:
+    /// dead ones are skipped, not dropped).
+    pub(super) fn live_waiters(&self, dir: &Path) -> Vec<(&Entry, String)> {
+        self.queue
+            .iter()
+            .filter(|e| alive(dir, &e.bell()))
+            .map(|e| {
+                let meta = fs::read_to_string(dir.join(BELLS).join(e.bell()));
+                (e, meta.unwrap_or_default())
+            })
+            .collect()
     }
 }
 
@@ -191,7 +200,7 @@ impl Dir {
     /// the flock). False, queuing nothing, when it has no bell (one could not be made): it
     /// then waits as before the queue, looking again after each release or poll.
     pub(super) fn enqueue(&self, states: &mut [(String, State, bool)], req: &Acquire) -> bool {
-        if self.ring_for(&req.token).is_err() {
+        if self.ring_for(&req.token, &req.meta).is_err() {
             return false;
         }
         if let Some(b) = self.bells.0.lock().expect("bells lock").get_mut(&req.token) {
@@ -215,7 +224,6 @@ impl Dir {
                         ticket,
                         token: req.token.clone(),
                         mode: mode.code(),
-                        meta: req.meta.clone(),
                     },
                 );
                 *dirty = true;
@@ -224,8 +232,9 @@ impl Dir {
         true
     }
 
-    /// This process's bell for `token`, made if need be; its path.
-    pub(super) fn ring_for(&self, token: &str) -> io::Result<PathBuf> {
+    /// This process's bell for `token`, made if need be (holding the request's metadata);
+    /// its path.
+    pub(super) fn ring_for(&self, token: &str, meta: &str) -> io::Result<PathBuf> {
         let mut bells = self.bells.0.lock().expect("bells lock");
         if let Some(b) = bells.get(token) {
             return Ok(b.path.clone());
@@ -241,13 +250,14 @@ impl Dir {
         // Made aside and flocked before it takes its name, so a sweep never finds it free.
         let name = bell_name(token);
         let aside = dir.join(format!(".{name}"));
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(self.perms.file)
             .open(&aside)?;
         self.perms.file(&file);
+        file.write_all(meta.as_bytes())?;
         if !flock(&file, false)? {
             return Err(io::Error::other("a new bell is locked by someone else"));
         }

@@ -39,7 +39,7 @@ impl DirWatch {
         req: Acquire,
     ) -> io::Result<DirWatch> {
         // Made before the directory is watched: making `.q` changes the directory.
-        let bell = store.ring_for(&req.token).ok();
+        let bell = store.ring_for(&req.token, &req.meta).ok();
         // SAFETY: plain syscalls; the path is NUL-terminated by CString.
         let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if raw < 0 {
