@@ -22,8 +22,8 @@ mod ops;
 mod perms;
 mod replace;
 mod shards;
-mod watch;
 mod waiters;
+mod watch;
 
 use std::fs::{self, File, OpenOptions};
 use std::io;

@@ -79,7 +79,10 @@ impl fmt::Display for ServerUrl {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreUrl {
     /// `network`: `?network=1`, the directory may be on a network or FUSE file system.
-    File { dir: PathBuf, network: bool },
+    File {
+        dir: PathBuf,
+        network: bool,
+    },
     Redis(ServerUrl),
     RedisCluster(ServerUrl),
     Etcd(ServerUrl),

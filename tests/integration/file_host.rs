@@ -46,7 +46,10 @@ fn dlock(url: &str, args: &[&str]) -> Output {
 fn two_thousand_names_on_a_small_tmpfs_all_succeed_and_leave_the_directory_small() {
     let env = Env::file();
     let mnt = env.path("tmpfs");
-    let _m = Mount::new(&mnt, &["mount", "-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs"]);
+    let _m = Mount::new(
+        &mnt,
+        &["mount", "-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs"],
+    );
     let url = format!("file://{}/locks", mnt.display());
     // Two loops at once, a thousand names each, in one shell each (a process per name).
     let script = r#"for i in $(seq 1 1000); do
@@ -73,14 +76,24 @@ fn two_thousand_names_on_a_small_tmpfs_all_succeed_and_leave_the_directory_small
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len())
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
         })
         .collect();
     assert!(files.len() <= 8, "{} files left: {files:?}", files.len());
     let bytes: u64 = files.iter().map(|(_, n)| n).sum();
     assert!(bytes <= 8 * 1024, "{bytes} bytes left: {files:?}");
     // A name used a moment ago is still remembered as released cleanly, its fence rising.
-    let show = ["run", "again", "--", "sh", "-c", "echo $DLOCK_FENCE $DLOCK_PREVIOUS"];
+    let show = [
+        "run",
+        "again",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_FENCE $DLOCK_PREVIOUS",
+    ];
     let first = stdout(&dlock(&url, &show));
     let second = stdout(&dlock(&url, &show));
     let fence = |s: &str| s.split(' ').next().unwrap().parse::<u64>().unwrap();
@@ -96,15 +109,31 @@ fn as_other_host(env: &Env, url: &str, machine: Option<&str>, args: &[&str]) -> 
     let mut script = String::from("set -e\n");
     if let Some(m) = machine {
         std::fs::write(ids.join("machine-id"), format!("{m}\n")).unwrap();
-        script += &format!("mount --bind {}/machine-id /etc/machine-id\n", ids.display());
+        script += &format!(
+            "mount --bind {}/machine-id /etc/machine-id\n",
+            ids.display()
+        );
     }
-    std::fs::write(ids.join("boot_id"), "0badb007-0000-4000-8000-000000000001\n").unwrap();
+    std::fs::write(
+        ids.join("boot_id"),
+        "0badb007-0000-4000-8000-000000000001\n",
+    )
+    .unwrap();
     script += &format!(
         "mount --bind {}/boot_id /proc/sys/kernel/random/boot_id\nexec \"$@\"\n",
         ids.display()
     );
     let mut c = Command::new("unshare");
-    c.args(["-m", "sh", "-c", &script, "sh", env!("CARGO_BIN_EXE_dlock"), "--store", url]);
+    c.args([
+        "-m",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+        env!("CARGO_BIN_EXE_dlock"),
+        "--store",
+        url,
+    ]);
     c.args(args);
     output_within(c, LIMIT)
 }
@@ -119,13 +148,19 @@ fn another_host_is_refused_and_a_reboot_is_still_a_reboot() {
     let dir = env.path("shared");
     let url = format!("file://{}", dir.display());
     assert_code(&dlock(&url, &["lock", "job", "--ttl", "2m"]), 0);
-    let o = as_other_host(&env, &url, Some("0123456789abcdef0123456789abcdef"), &[
-        "run", "-n", "job", "--", "true",
-    ]);
+    let o = as_other_host(
+        &env,
+        &url,
+        Some("0123456789abcdef0123456789abcdef"),
+        &["run", "-n", "job", "--", "true"],
+    );
     assert_code(&o, 78);
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("one host only") && err.contains("redis://"), "{err}");
+    assert!(
+        err.contains("one host only") && err.contains("redis://"),
+        "{err}"
+    );
     // Same machine id, another boot id, the record written while this kernel runs.
     let o = as_other_host(&env, &url, None, &["run", "-n", "job", "--", "true"]);
     assert_code(&o, 78);
@@ -163,7 +198,10 @@ fn a_fuse_directory_is_refused_unless_the_url_allows_it() {
     let err = stderr(&o);
     assert!(err.contains("FUSE") && err.contains("?network=1"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert_code(&dlock(&format!("{url}?network=1"), &["run", "job", "--", "true"]), 0);
+    assert_code(
+        &dlock(&format!("{url}?network=1"), &["run", "job", "--", "true"]),
+        0,
+    );
 }
 
 /// The dlock binary for a command run as another user: the build's own when every directory
@@ -254,7 +292,11 @@ fn thirty_waiters_are_served_in_arrival_order() {
         .flat_map(|i| (i + 1..served.len()).map(move |j| (i, j)))
         .filter(|&(i, j)| served[i] > served[j])
         .count();
-    assert_eq!(served, (0..30).collect::<Vec<_>>(), "{inversions} of 435 pairs out of order");
+    assert_eq!(
+        served,
+        (0..30).collect::<Vec<_>>(),
+        "{inversions} of 435 pairs out of order"
+    );
 }
 
 /// The longest valid name, with a hundred `/`, works on the file store (it failed with
@@ -269,7 +311,10 @@ fn the_longest_names_work() {
         assert_code(&env.run(&["lock", &long, "--ttl", "1m"]), 0);
         let listed = stdout(&env.run(&["--json", "list"]));
         assert!(listed.contains(&long), "{listed}");
-        assert_eq!(env.inspect(&long)["holders"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            env.inspect(&long)["holders"].as_array().map(Vec::len),
+            Some(1)
+        );
         assert_code(&env.run(&["run", "-n", &long, "--", "true"]), 75);
     }
 }
@@ -295,5 +340,8 @@ fn doctor_warns_when_the_store_is_nearly_full() {
     let out = stdout(&dlock(&url, &["doctor"]));
     let line = space(&out);
     assert!(line.trim_start().starts_with("warn"), "{out}");
-    assert!(line.contains("nearly full") && line.contains("every lock"), "{out}");
+    assert!(
+        line.contains("nearly full") && line.contains("every lock"),
+        "{out}"
+    );
 }

@@ -224,7 +224,10 @@ mod tests {
         record(t.path(), &before);
         let e = claim(t.path(), "d", Perms::PRIVATE).unwrap_err();
         assert_eq!(e.kind(), crate::store::ErrorKind::Config, "{e}");
-        set_mtime(&t.path().join(RECORD), booted_at() - Duration::from_secs(60));
+        set_mtime(
+            &t.path().join(RECORD),
+            booted_at() - Duration::from_secs(60),
+        );
         claim(t.path(), "d", Perms::PRIVATE).unwrap();
         claim(t.path(), "d", Perms::PRIVATE).unwrap();
     }

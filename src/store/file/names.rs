@@ -90,7 +90,10 @@ mod tests {
         let long = "a/".repeat(99) + "b";
         assert_eq!(long.len(), 199);
         let f = file_name(&long);
-        assert!(f.len() <= NAME_MAX && hashed(&f) && name_of(&f).is_none(), "{f}");
+        assert!(
+            f.len() <= NAME_MAX && hashed(&f) && name_of(&f).is_none(),
+            "{f}"
+        );
         assert_ne!(f, file_name(&("a/".repeat(99) + "c")));
         let fits = "x".repeat(200);
         assert_eq!(name_of(&file_name(&fits)).as_deref(), Some(fits.as_str()));

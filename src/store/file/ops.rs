@@ -45,7 +45,8 @@ impl Dir {
             let mut st = self.read_settled(name).ok()?;
             let before = st.holders.len();
             st.purge(now, &self.boot);
-            if st.holders.len() < before || (queue && !st.queue.iter().any(|e| e.token == req.token))
+            if st.holders.len() < before
+                || (queue && !st.queue.iter().any(|e| e.token == req.token))
             {
                 return None;
             }

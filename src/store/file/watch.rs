@@ -62,7 +62,8 @@ impl DirWatch {
         let bell = bell.and_then(|path| {
             let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
             // SAFETY: fd is open, c is a valid C string.
-            let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), libc::IN_ATTRIB) };
+            let wd =
+                unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), libc::IN_ATTRIB) };
             (wd >= 0).then_some(wd)
         });
         // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.

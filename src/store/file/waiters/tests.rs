@@ -1,10 +1,10 @@
 //! The queue on real files: arrival order, one wake per release, dead waiters passed over.
 
-use std::os::fd::AsRawFd;
 use super::super::FileStore;
 use super::super::watch::DirWatch;
 use super::super::watch::tests::exclusive;
 use crate::store::{Acquire, Attempt, Mode, Store};
+use std::os::fd::AsRawFd;
 
 /// A store in a fresh directory with `holder` granted.
 async fn store_held_by(holder: &Acquire) -> (tempfile::TempDir, FileStore) {
@@ -81,14 +81,22 @@ async fn each_release_wakes_the_next_waiter_only() {
     watches.iter().for_each(hush);
     let mut releasing = holder;
     for (i, r) in reqs.iter().enumerate() {
-        assert!(store.release(&releasing.names, &releasing.token).await.unwrap());
+        assert!(
+            store
+                .release(&releasing.names, &releasing.token)
+                .await
+                .unwrap()
+        );
         let awake: Vec<usize> = (0..watches.len()).filter(|&j| woken(&watches[j])).collect();
         assert_eq!(awake, vec![i], "release {i} woke {awake:?}");
         // A later waiter that looks anyway (its poll) is still kept out.
         if let Some(later) = reqs.get(i + 1) {
             assert!(!granted(&store, later).await, "waiter {} passed {i}", i + 1);
         }
-        assert!(granted(&store, r).await, "the woken waiter {i} was not granted");
+        assert!(
+            granted(&store, r).await,
+            "the woken waiter {i} was not granted"
+        );
         hush(&watches[i]);
         releasing = r.clone();
     }
@@ -117,7 +125,10 @@ async fn a_release_wakes_the_next_run_of_sharers_and_no_reader_passes_a_writer()
     let awake: Vec<bool> = watches.iter().map(woken).collect();
     assert_eq!(awake, [true, true, false, false]);
     assert!(granted(&store, &s1).await && granted(&store, &s2).await);
-    assert!(!granted(&store, &s3).await, "a reader passed a queued writer");
+    assert!(
+        !granted(&store, &s3).await,
+        "a reader passed a queued writer"
+    );
     assert!(!granted(&store, &request(Mode::Shared)).await);
 }
 
