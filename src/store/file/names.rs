@@ -62,10 +62,7 @@ pub(super) fn name_of(file: &str) -> Option<String> {
 /// SHA-256 of `bytes` in lowercase hex: a standard hash, so a name's file never changes
 /// between versions.
 pub(super) fn hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 #[cfg(test)]
@@ -95,6 +92,11 @@ mod tests {
             "{f}"
         );
         assert_ne!(f, file_name(&("a/".repeat(99) + "c")));
+        // Pinned: a name's file must never move between versions.
+        assert_eq!(
+            hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         let fits = "x".repeat(200);
         assert_eq!(name_of(&file_name(&fits)).as_deref(), Some(fits.as_str()));
     }
