@@ -107,9 +107,9 @@ fn room(dir: &Path) -> Vec<Finding> {
     let Some(st) = statvfs(dir) else {
         return out;
     };
-    let unit = st.f_frsize as u64;
-    let (free, total) = (st.f_bavail as u64 * unit, st.f_blocks as u64 * unit);
-    let (ifree, itotal) = (st.f_favail as u64, st.f_files as u64);
+    let unit = st.f_frsize;
+    let (free, total) = (st.f_bavail * unit, st.f_blocks * unit);
+    let (ifree, itotal) = (st.f_favail, st.f_files);
     // Short: under a tenth left, or room for fewer than 64 more state files (a page each on
     // tmpfs, whatever their size).
     let short = |left: u64, all: u64, one: u64| all > 0 && (left * 10 < all || left < 64 * one);

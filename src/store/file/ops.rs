@@ -18,7 +18,7 @@ impl Wake {
     /// After a change to `st` that may admit someone: ring the waiters it lets in, or, with
     /// nobody queued, tell the watchers (a removed state file tells them by itself).
     fn after(&mut self, dir: &Dir, name: &str, st: &mut State, except: &str) {
-        let (bells, _) = st.to_ring(&dir.dir, except);
+        let (bells, _) = st.admitted_run(&dir.dir, except);
         self.bells.extend(bells);
         if st.queue.is_empty() && !st.forgettable() {
             self.names.push(name.to_string());

@@ -153,7 +153,7 @@ impl State {
     /// admitting the holders and those before it; dead ones on the way are dropped (so
     /// `dropped` says the state changed). `except`: the token of the request making the
     /// change, which needs no bell.
-    pub(super) fn to_ring(&mut self, dir: &Path, except: &str) -> (Vec<String>, bool) {
+    pub(super) fn admitted_run(&mut self, dir: &Path, except: &str) -> (Vec<String>, bool) {
         let (mut ring, mut dropped, mut i) = (Vec::new(), false, 0);
         while i < self.queue.len() {
             if turn(self.queue[i].mode(), &self.ahead(i)) != Turn::Hold {
