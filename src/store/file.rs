@@ -346,10 +346,10 @@ impl Dir {
             waiters: st
                 .live_waiters(&self.dir)
                 .into_iter()
-                .map(|(w, meta)| Waiter {
+                .map(|w| Waiter {
                     owner: crate::names::owner_id(&w.token),
                     mode: Mode::from_code(&w.mode).unwrap_or(Mode::Exclusive),
-                    meta: crate::meta::parse(&meta),
+                    meta: crate::meta::parse(&w.meta),
                 })
                 .collect(),
             fence: st.fence,

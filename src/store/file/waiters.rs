@@ -6,15 +6,17 @@
 //! its mode admits every holder and every waiter ahead of it, so nobody passes an earlier
 //! waiter, and a `--shared` request that comes after a queued exclusive one waits behind it.
 //!
-//! Each waiting process has a bell: a file in `.q/` that it holds an exclusive flock on for
-//! as long as it waits and watches with inotify (see `watch`). A change that may admit
-//! waiters (a release, a waiter giving up) rings only the bells of the run it admits, from
-//! the head (one exclusive waiter, or the next compatible run of `--shared`/`--limit` ones),
-//! by setting the bell's times; no other waiter is woken. The flock is the waiter's life: a
-//! waiter that died (its process killed, its flock gone with it) is dropped from the queue
-//! by the first operation that needs to know, so it never blocks the queue. A grant needs no
-//! such check (a dead waiter ahead can only have kept it out); a refusal is checked against
-//! the waiter that decides it.
+//! Each waiting process has a bell: a named pipe in `.q/` that it keeps open for reading (and
+//! writing, so no writer's going reads as an end) for as long as it waits, and watches. A
+//! change that may admit waiters (a release, a waiter giving up) rings only the bells of the
+//! run it admits, from the head (one exclusive waiter, or the next compatible run of
+//! `--shared`/`--limit` ones), by writing a byte into each; no other waiter is woken. (Not an
+//! inotify watch per waiter: a user may have 128 inotify instances, and the 129th waiter of a
+//! herd heard nothing.) The open pipe is the waiter's life: opening a pipe nobody reads fails
+//! (ENXIO), so a waiter that died (its process killed, its descriptors closed with it) is
+//! dropped from the queue by the first operation that needs to know, and never blocks the
+//! queue. A grant needs no such check (a dead waiter ahead can only have kept it out); a
+//! refusal is checked against the waiter that decides it.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -26,7 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Dir, State, flock, names};
+use super::{Dir, State, names};
 use crate::store::queue::{Turn, turn};
 use crate::store::{Acquire, Mode};
 
@@ -37,7 +39,7 @@ pub(super) const BELLS: &str = ".q";
 const SWEEP: usize = 16;
 
 /// One queued waiter of a name: short keys, since every operation on the name reads and
-/// writes the whole queue (its holder metadata is in its bell, read by `inspect` only).
+/// writes the whole queue.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub(super) struct Entry {
     /// Arrival order, the same for every name of one request.
@@ -47,6 +49,9 @@ pub(super) struct Entry {
     pub token: String,
     #[serde(rename = "m")]
     pub mode: String,
+    /// Holder metadata, for `inspect`.
+    #[serde(rename = "d", default)]
+    pub meta: String,
 }
 
 impl Entry {
@@ -78,8 +83,8 @@ pub(super) struct Bells(Mutex<HashMap<String, Bell>>);
 
 struct Bell {
     path: PathBuf,
-    /// Holds the flock that says the waiter lives.
-    _file: File,
+    /// The pipe, open for reading and writing: it says the waiter lives.
+    pipe: File,
     /// Its waiter is queued: only its grant or release drops it, not its listener (the
     /// engine opens a new listener before it drops the old one when a store came back).
     queued: bool,
@@ -181,17 +186,10 @@ impl State {
         self.queue.len() < before
     }
 
-    /// The live waiters in order, each with its metadata (for `inspect`, without the flock:
-    /// dead ones are skipped, not dropped).
-    pub(super) fn live_waiters(&self, dir: &Path) -> Vec<(&Entry, String)> {
-        self.queue
-            .iter()
-            .filter(|e| alive(dir, &e.bell()))
-            .map(|e| {
-                let meta = fs::read_to_string(dir.join(BELLS).join(e.bell()));
-                (e, meta.unwrap_or_default())
-            })
-            .collect()
+    /// The live waiters in order (for `inspect`, without the flock: dead ones are skipped,
+    /// not dropped).
+    pub(super) fn live_waiters(&self, dir: &Path) -> Vec<&Entry> {
+        self.queue.iter().filter(|e| alive(dir, &e.bell())).collect()
     }
 }
 
@@ -200,7 +198,7 @@ impl Dir {
     /// the flock). False, queuing nothing, when it has no bell (one could not be made): it
     /// then waits as before the queue, looking again after each release or poll.
     pub(super) fn enqueue(&self, states: &mut [(String, State, bool)], req: &Acquire) -> bool {
-        if self.ring_for(&req.token, &req.meta).is_err() {
+        if self.ring_for(&req.token).is_err() {
             return false;
         }
         if let Some(b) = self.bells.0.lock().expect("bells lock").get_mut(&req.token) {
@@ -224,6 +222,7 @@ impl Dir {
                         ticket,
                         token: req.token.clone(),
                         mode: mode.code(),
+                        meta: req.meta.clone(),
                     },
                 );
                 *dirty = true;
@@ -232,12 +231,12 @@ impl Dir {
         true
     }
 
-    /// This process's bell for `token`, made if need be (holding the request's metadata);
-    /// its path.
-    pub(super) fn ring_for(&self, token: &str, meta: &str) -> io::Result<PathBuf> {
+    /// This process's bell for `token`, made if need be: a descriptor of its pipe, for the
+    /// listener to wait on.
+    pub(super) fn ring_for(&self, token: &str) -> io::Result<File> {
         let mut bells = self.bells.0.lock().expect("bells lock");
         if let Some(b) = bells.get(token) {
-            return Ok(b.path.clone());
+            return b.pipe.try_clone();
         }
         let dir = self.dir.join(BELLS);
         if let Err(e) = fs::DirBuilder::new().mode(self.perms.dir).create(&dir) {
@@ -247,31 +246,29 @@ impl Dir {
         } else {
             self.perms.dir(&dir);
         }
-        // Made aside and flocked before it takes its name, so a sweep never finds it free.
+        // Made aside and opened before it takes its name, so a sweep never finds it unread.
         let name = bell_name(token);
         let aside = dir.join(format!(".{name}"));
-        let mut file = OpenOptions::new()
+        let _ = fs::remove_file(&aside);
+        mkfifo(&aside, self.perms.file)?;
+        let pipe = OpenOptions::new()
+            .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(self.perms.file)
+            .custom_flags(libc::O_NONBLOCK)
             .open(&aside)?;
-        self.perms.file(&file);
-        file.write_all(meta.as_bytes())?;
-        if !flock(&file, false)? {
-            return Err(io::Error::other("a new bell is locked by someone else"));
-        }
+        self.perms.file(&pipe);
         let path = dir.join(name);
         fs::rename(&aside, &path)?;
+        let listener = pipe.try_clone()?;
         bells.insert(
             token.to_string(),
             Bell {
-                path: path.clone(),
-                _file: file,
+                path,
+                pipe,
                 queued: false,
             },
         );
-        Ok(path)
+        Ok(listener)
     }
 
     /// The request is granted or withdrawn: its bell goes.
@@ -288,17 +285,18 @@ impl Dir {
         }
     }
 
-    /// Ring these bells (after the namespace's flock is let go). A failure is left alone: a
-    /// waiter looks again within `MAX_POLL` whatever it hears.
+    /// Ring these bells (after the namespace's flock is let go): a byte into each pipe. A
+    /// failure is left alone: a waiter looks again within `MAX_POLL` whatever it hears.
     pub(super) fn ring(&self, bells: &[String]) {
         for bell in bells {
-            let path = self.dir.join(BELLS).join(bell);
-            super::touch(&path);
+            if let Ok(mut pipe) = open_to_ring(&self.dir.join(BELLS).join(bell)) {
+                let _ = pipe.write(b"!");
+            }
         }
     }
 
     /// Remove a few bells left by waiters that died before they queued or after they were
-    /// dropped from it (their flock is free): called when a name is forgotten, so the
+    /// dropped from it (nobody reads them): called when a name is forgotten, so the
     /// directory does not collect them. Never more than `SWEEP` per call, whatever waits.
     pub(super) fn sweep_bells(&self) {
         let dir = self.dir.join(BELLS);
@@ -325,16 +323,36 @@ impl Dir {
     }
 }
 
-/// Whether the waiter behind a bell lives: its flock is held. A bell that cannot be read is
-/// taken for alive (the safe side: it is waited for, never skipped).
+/// Whether the waiter behind a bell lives: someone reads its pipe. A bell that cannot be
+/// opened for another reason is taken for alive (the safe side: it is waited for, never
+/// skipped).
 fn alive(dir: &Path, bell: &str) -> bool {
     alive_at(&dir.join(BELLS).join(bell))
 }
 
 fn alive_at(path: &Path) -> bool {
-    match File::open(path) {
-        Ok(f) => !matches!(flock(&f, false), Ok(true)),
-        Err(e) => e.kind() != io::ErrorKind::NotFound,
+    match open_to_ring(path) {
+        Ok(_) => true,
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENOENT)),
+    }
+}
+
+/// A bell's pipe open for writing, without waiting for a reader (ENXIO when there is none).
+fn open_to_ring(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(io::Error::other)?;
+    // SAFETY: a NUL-terminated path; mkfifo touches nothing else.
+    if unsafe { libc::mkfifo(c.as_ptr(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

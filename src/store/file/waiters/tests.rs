@@ -37,10 +37,10 @@ async fn queue(store: &FileStore, req: &Acquire) -> DirWatch {
     watch
 }
 
-/// Whether a waiter's descriptor has something to read now: it was woken.
+/// Whether a waiter's bell has something to read now: it was woken.
 fn woken(w: &DirWatch) -> bool {
     let mut p = libc::pollfd {
-        fd: w.fd().get_ref().as_raw_fd(),
+        fd: w.bell().get_ref().as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
@@ -48,9 +48,14 @@ fn woken(w: &DirWatch) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
-/// Read the descriptor empty, so the next wake shows.
+/// Read the bell empty, so the next wake shows.
 fn hush(w: &DirWatch) {
-    let _ = w.drain();
+    let mut buf = [0u8; 64];
+    while let Ok(n) = std::io::Read::read(&mut w.bell().get_ref(), &mut buf) {
+        if n == 0 {
+            break;
+        }
+    }
 }
 
 fn request(mode: Mode) -> Acquire {
@@ -141,12 +146,12 @@ async fn a_dead_waiter_is_passed_over() {
     let (dead, next) = (exclusive("q"), exclusive("q"));
     let gone = queue(&store, &dead).await;
     let watch = queue(&store, &next).await;
-    // What a killed process leaves: its entry, and its bell with no flock on it.
+    // What a killed process leaves: its entry, and its bell that nobody reads.
     let bell = store.0.bells.0.lock().unwrap().remove(&dead.token).unwrap();
     let path = bell.path.clone();
     drop(bell);
-    std::fs::write(&path, b"").unwrap();
     drop(gone);
+    super::mkfifo(&path, 0o600).unwrap();
     assert_eq!(store.inspect("q").await.unwrap().waiters.len(), 1);
     hush(&watch);
     assert!(store.release(&holder.names, &holder.token).await.unwrap());
