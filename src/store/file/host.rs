@@ -167,7 +167,8 @@ fn short(id: &str) -> &str {
 
 /// Replace the record whole (written aside, then renamed over).
 fn write(root: &Path, host: &Host, perms: Perms) -> io::Result<()> {
-    let tmp = root.join(format!("{RECORD}.{}", sys::pid()));
+    // Named apart for each writer: clients in one process may claim at once.
+    let tmp = root.join(format!("{RECORD}.{:016x}", sys::random_u64()));
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)

@@ -189,7 +189,10 @@ impl State {
     /// The live waiters in order (for `inspect`, without the flock: dead ones are skipped,
     /// not dropped).
     pub(super) fn live_waiters(&self, dir: &Path) -> Vec<&Entry> {
-        self.queue.iter().filter(|e| alive(dir, &e.bell())).collect()
+        self.queue
+            .iter()
+            .filter(|e| alive(dir, &e.bell()))
+            .collect()
     }
 }
 
@@ -346,8 +349,8 @@ fn open_to_ring(path: &Path) -> io::Result<File> {
 }
 
 fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(io::Error::other)?;
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
     // SAFETY: a NUL-terminated path; mkfifo touches nothing else.
     if unsafe { libc::mkfifo(c.as_ptr(), mode) } == 0 {
         Ok(())
