@@ -189,6 +189,7 @@ fn main() {
     let dir = common::temp_dir();
     let file = StoreUrl::File {
         dir: dir.path().to_path_buf(),
+        network: false,
     };
     let etcd = (wanted("etcd, one node") || wanted(ETCD_FLOOR)).then(EtcdServer::start);
     let zk = wanted("ZooKeeper, standalone").then(ZkServer::start);

@@ -6,14 +6,23 @@
 //! replaces the state file by rename, so a process killed mid-write leaves the old state whole
 //! (a change to several names goes through a journal: see `journal`).
 //! Deadlines are on CLOCK_BOOTTIME, which every process of the host shares and the wall clock
-//! cannot move; a state file from an earlier boot has no live holders.
-//! Waiters are woken by inotify on the directory (the rename of a state file).
+//! cannot move; a state file from an earlier boot has no live holders, and one from another
+//! host is refused, as is a network file system (see `host`).
+//! Waiters queue in the state file and are woken one run at a time (see `waiters`); the
+//! state of a name nobody holds or waits for is removed (see `forget`). In a directory other
+//! than the default, files take the directory's mode, so a group may share it (see `perms`).
 
 pub(crate) mod dir;
 mod doctor;
+mod forget;
+mod host;
 mod journal;
+mod names;
+mod ops;
+mod perms;
 mod replace;
 mod shards;
+mod waiters;
 mod watch;
 
 use std::fs::{self, File, OpenOptions};
@@ -27,10 +36,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState, Mode,
-    Outcome, Previous, Recall, Store, StoreError, StoreResult, TagWrite, fence_floor_now,
+    Acquire, Attempt, ErrorKind, Health, HealthQuery, Holder, Listener, LockState, Mode, Outcome,
+    Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
 };
 use crate::sys;
+use names::file_name;
+use perms::Perms;
 
 /// The adapter: a cheap handle, so blocking work can move to a thread with its own copy.
 pub struct FileStore(std::sync::Arc<Dir>);
@@ -42,9 +53,20 @@ struct Dir {
     boot: String,
     /// Replacements go by exchange (see `replace`).
     swap: std::sync::atomic::AtomicBool,
+    /// The modes new files and directories get.
+    perms: Perms,
+    /// The bells of this process's waiters (see `waiters`).
+    bells: waiters::Bells,
 }
 
-#[derive(Serialize, Deserialize, Default)]
+/// What the URL of a file store may add to its directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `?network=1`: the directory may be on a network or FUSE file system (see `host`).
+    pub network: bool,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone)]
 struct State {
     fence: u64,
     #[serde(default)]
@@ -53,9 +75,18 @@ struct State {
     boot: String,
     #[serde(default)]
     holders: Vec<Record>,
+    /// Waiters in arrival order (see `waiters`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    queue: Vec<waiters::Entry>,
     /// The engine's marker (`Store::mark`): gone with the file when the directory is emptied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     mark: bool,
+    /// The lock name, in a file named by its hash (see `names`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    name: String,
+    /// The fence the next grant must pass when the state was recalled (see `forget`).
+    #[serde(skip)]
+    floor: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -74,6 +105,7 @@ impl State {
         let before = self.holders.len();
         if self.boot != boot {
             self.holders.clear();
+            self.queue.clear();
             self.boot = boot.to_string();
         }
         self.holders.retain(|h| h.deadline > now);
@@ -110,41 +142,6 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-/// A lock name as a file name: `/` and anything unusual percent-encoded, so no name can climb
-/// out of the directory or collide with dlock's own dot-files.
-fn file_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 5);
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"._-@+=:".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out.push_str(".json");
-    out
-}
-
-fn name_of(file: &str) -> Option<String> {
-    let stem = file.strip_suffix(".json")?;
-    if stem.starts_with('.') {
-        return None;
-    }
-    let mut out = Vec::new();
-    let b = stem.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            out.push(u8::from_str_radix(stem.get(i + 1..i + 3)?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
     let msg = format!("{what} {}: {e}", path.display());
     if e.kind() == io::ErrorKind::PermissionDenied {
@@ -155,8 +152,8 @@ fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
 }
 
 impl FileStore {
-    pub fn open(root: &Path, namespace: &str) -> StoreResult<FileStore> {
-        Dir::open(root, namespace).map(|d| FileStore(std::sync::Arc::new(d)))
+    pub fn open(root: &Path, namespace: &str, options: Options) -> StoreResult<FileStore> {
+        Dir::open(root, namespace, options).map(|d| FileStore(std::sync::Arc::new(d)))
     }
 
     /// Run `f` under the namespace's exclusive flock. When the flock is free, at once on this
@@ -176,13 +173,9 @@ impl FileStore {
         F: FnOnce(&Dir) -> StoreResult<T> + Send + 'static,
     {
         let lock_path = self.0.dir.join(".lock");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
+        let file = self
+            .0
+            .lock_file(&lock_path)
             .map_err(|e| io_err("cannot open", &lock_path, e))?;
         for pause in [0, 20, 40, 80, 160] {
             if pause > 0 {
@@ -205,32 +198,58 @@ impl FileStore {
         .map_err(|e| StoreError::protocol(format!("file store task failed: {e}")))?
     }
 
-    /// After a release: wake the waiters on the names it changed, once the namespace's flock
-    /// is let go. Woken under it, the first of them would find the flock still held and wait
-    /// for it on a blocking thread, started for the purpose.
-    fn woken(&self, any: bool, changed: Vec<String>) -> bool {
-        self.0.wake(changed.iter().map(String::as_str));
-        any
+    /// After a change: wake whom it may admit, once the namespace's flock is let go. Woken
+    /// under it, the first of them would find the flock still held and wait for it on a
+    /// blocking thread, started for the purpose.
+    fn woken<T>(&self, (answer, wake): (T, ops::Wake)) -> T {
+        self.0.ring(&wake.bells);
+        self.0.wake(wake.names.iter().map(String::as_str));
+        answer
     }
 }
 
 impl Dir {
-    fn open(root: &Path, namespace: &str) -> StoreResult<Dir> {
+    fn open(root: &Path, namespace: &str, options: Options) -> StoreResult<Dir> {
         // The root: at most its last component is created, and the default is checked to be
-        // ours alone (see `dir`). Inside it, the namespace's directory is dlock's own.
-        dir::prepare(root)?;
+        // ours alone (see `dir`). It must be on a local file system and this host's (see
+        // `host`). Inside it, the namespace's directory is dlock's own.
+        let desc = format!("file://{}", root.display());
+        let default = dir::prepare(root)?;
+        host::check_fs(root, &desc, options.network)?;
+        let perms = Perms::of(root, default);
+        host::claim(root, &desc, perms)?;
         let dir = root.join(namespace);
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| io_err("cannot create", &dir, e))?;
+        match fs::DirBuilder::new().mode(perms.dir).create(&dir) {
+            Ok(()) => perms.dir(&dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("cannot create", &dir, e)),
+        }
         Ok(Dir {
-            desc: format!("file://{}", root.display()),
+            desc,
             swap: replace::swaps(&dir),
             dir,
             boot: sys::boot_id(),
+            perms,
+            bells: waiters::Bells::default(),
         })
+    }
+
+    /// The namespace's `.lock`, made (with the store's modes) at its first use.
+    fn lock_file(&self, path: &Path) -> io::Result<File> {
+        match OpenOptions::new().read(true).write(true).open(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(self.perms.file)
+                    .open(path)?;
+                self.perms.file(&f);
+                Ok(f)
+            }
+            other => other,
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -242,37 +261,70 @@ impl Dir {
         fs::symlink_metadata(&self.dir).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
     }
 
+    /// The lock name a file of the directory holds the state of, if it is a state file.
+    fn name_in(&self, file: &str) -> Option<String> {
+        if !names::hashed(file) {
+            return names::name_of(file);
+        }
+        let bytes = fs::read(self.dir.join(file)).ok()?;
+        let st: State = serde_json::from_slice(&bytes).ok()?;
+        (!st.name.is_empty()).then_some(st.name)
+    }
+
     fn read(&self, name: &str) -> StoreResult<State> {
         let path = self.path(name);
-        match fs::read(&path) {
+        let st: State = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 StoreError::protocol(format!(
                     "state file {} is damaged ({e}); remove it to reset this lock",
                     path.display()
                 ))
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(State::default()),
-            Err(e) => Err(io_err("cannot read", &path, e)),
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.recalled(name),
+            Err(e) => return Err(io_err("cannot read", &path, e)),
+        };
+        // Another boot's state written while this kernel runs is another host's (see `host`).
+        if !st.boot.is_empty() && st.boot != self.boot {
+            let written = fs::metadata(&path).and_then(|m| m.modified());
+            if written.is_ok_and(host::after_our_boot) {
+                return Err(host::other_host(
+                    &self.desc,
+                    &format!(
+                        "{} was written by another host (boot id {}) while this one runs",
+                        path.display(),
+                        st.boot
+                    ),
+                ));
+            }
         }
+        Ok(st)
     }
 
+    /// Write a name's state, or remove it when there is nothing left to keep (see `forget`).
     fn write(&self, name: &str, state: &State) -> StoreResult<()> {
-        let bytes = serde_json::to_vec(state).expect("state serializes");
-        self.put(&file_name(name), &bytes)
+        if state.forgettable() {
+            return self.forget(name, state);
+        }
+        let file = file_name(name);
+        let bytes = if names::hashed(&file) {
+            let named = State {
+                name: name.to_string(),
+                ..state.clone()
+            };
+            serde_json::to_vec(&named)
+        } else {
+            serde_json::to_vec(state)
+        };
+        self.put(&file, &bytes.expect("state serializes"))
     }
 
-    /// Wake the waiters on these names (after a change that may admit one: a release): each
-    /// state file's times are set to now, the IN_ATTRIB their watch asks for (see `watch`).
-    /// A failure is left alone: a waiter looks again within `MAX_POLL` whatever it hears.
+    /// Wake whoever watches these names without a queue entry (`dlock wait`, and a waiter
+    /// between its first attempt and its queued one), after a change that may admit them:
+    /// each state file's times are set to now, the IN_ATTRIB their watch asks for (see
+    /// `watch`). Queued waiters hear their bells instead (see `waiters`).
     fn wake<'a>(&self, names: impl Iterator<Item = &'a str>) {
-        use std::os::unix::ffi::OsStrExt;
         for name in names {
-            let path = self.path(name);
-            let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-                continue;
-            };
-            // SAFETY: c is a valid C string; a null times pointer means "now".
-            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) };
+            touch(&self.path(name));
         }
     }
 
@@ -296,11 +348,30 @@ impl Dir {
                 .iter()
                 .map(|h| Self::describe_holder(h, now))
                 .collect(),
-            waiters: Vec::new(),
+            waiters: st
+                .live_waiters(&self.dir)
+                .into_iter()
+                .map(|w| Waiter {
+                    owner: crate::names::owner_id(&w.token),
+                    mode: Mode::from_code(&w.mode).unwrap_or(Mode::Exclusive),
+                    meta: crate::meta::parse(&w.meta),
+                })
+                .collect(),
             fence: st.fence,
             previous: Previous::parse(&st.previous),
         }
     }
+}
+
+/// Set a file's times to now: the IN_ATTRIB a waiter's watch asks for. A failure is left
+/// alone: a waiter looks again within `MAX_POLL` whatever it hears.
+fn touch(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: c is a valid C string; a null times pointer means "now".
+    unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) };
 }
 
 /// The namespace's flock. `wait` false: Ok(false) at once when another process holds it.
@@ -342,53 +413,13 @@ impl Store for FileStore {
         Ok(self.attempt(req, queue).await?.0)
     }
 
-    async fn attempt(&self, req: &Acquire, _queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        if let Some(busy) = self.0.busy_at_a_glance(req, queue) {
+            return Ok(busy);
+        }
         let req = req.clone();
-        self.locked(move |fs| {
-            let now = now_ns();
-            let mut states = Vec::with_capacity(req.names.len());
-            let mut retry_after: Option<u64> = None;
-            let mut recall = Vec::with_capacity(req.names.len());
-            for (name, mode) in req.each() {
-                let mut st = fs.read(name)?;
-                st.purge(now, &fs.boot);
-                recall.push(st.recall(now));
-                if !mode.admits(st.modes()) {
-                    let soonest = st.holders.iter().map(|h| h.deadline - now).min();
-                    retry_after = retry_after.min(soonest).or(soonest);
-                }
-                states.push(st);
-            }
-            if let Some(after) = retry_after {
-                let busy = Attempt::Busy {
-                    retry_after: Some(Duration::from_nanos(after)),
-                };
-                return Ok((busy, recall));
-            }
-            let mut granted = Vec::with_capacity(states.len());
-            let mut changed = Vec::with_capacity(states.len());
-            for ((name, mode), mut st) in req.each().zip(states) {
-                // Floored at the wall clock, not CLOCK_BOOTTIME: that one starts again at
-                // every boot, and an emptied directory must not take the fences back.
-                st.fence = (st.fence + 1).max(fence_floor_now());
-                st.holders.push(Record {
-                    token: req.token.clone(),
-                    mode: mode.code(),
-                    fence: st.fence,
-                    deadline: now + ns(req.ttl),
-                    meta: req.meta.clone(),
-                });
-                granted.push(Granted {
-                    fence: st.fence,
-                    previous: Previous::parse(&st.previous),
-                    started: None,
-                });
-                changed.push((name.clone(), st));
-            }
-            fs.commit(&changed)?;
-            Ok((Attempt::Granted(granted), recall))
-        })
-        .await
+        let answer = self.locked(move |fs| fs.attempt(&req, queue)).await?;
+        Ok(self.woken(answer))
     }
 
     async fn mark(&self, names: &[String]) -> StoreResult<()> {
@@ -456,61 +487,16 @@ impl Store for FileStore {
 
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
         let (names, token) = (names.to_vec(), token.to_string());
-        self.locked(move |fs| {
-            let now = now_ns();
-            let mut any = false;
-            let mut changed = Vec::new();
-            for name in &names {
-                let mut st = fs.read(name)?;
-                let this_boot = st.boot == fs.boot;
-                let before = st.holders.len();
-                // The token's own lease out before the purge, which would take an expired
-                // one for a job's lease that ran out: a withdrawn attempt was none.
-                let (mine, others): (Vec<Record>, _) = std::mem::take(&mut st.holders)
-                    .into_iter()
-                    .partition(|h| h.token == token);
-                st.holders = others;
-                st.purge(now, &fs.boot);
-                if let Some(h) = mine.first() {
-                    let live = this_boot && h.deadline > now;
-                    any |= live;
-                    if let Some(p) = outcome.ends(live) {
-                        st.previous = p.text();
-                    }
-                }
-                if st.holders.len() < before {
-                    changed.push((name.clone(), st));
-                }
-            }
-            fs.commit(&changed)?;
-            Ok((any, changed.into_iter().map(|(n, _)| n).collect()))
-        })
-        .await
-        .map(|(any, changed)| self.woken(any, changed))
+        let answer = self
+            .locked(move |fs| fs.release(&names, &token, outcome))
+            .await?;
+        Ok(self.woken(answer))
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
         let names = names.to_vec();
-        self.locked(move |fs| {
-            let now = now_ns();
-            let mut any = false;
-            let mut changed = Vec::new();
-            for name in &names {
-                let mut st = fs.read(name)?;
-                st.purge(now, &fs.boot);
-                if !st.holders.is_empty() {
-                    st.holders.clear();
-                    // The holder did not finish by itself: its successor should know.
-                    st.previous = Previous::Expired.text();
-                    any = true;
-                    changed.push((name.clone(), st));
-                }
-            }
-            fs.commit(&changed)?;
-            Ok((any, changed.into_iter().map(|(n, _)| n).collect()))
-        })
-        .await
-        .map(|(any, changed)| self.woken(any, changed))
+        let answer = self.locked(move |fs| fs.force_release(&names)).await?;
+        Ok(self.woken(answer))
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
@@ -542,7 +528,7 @@ impl Store for FileStore {
         let mut out = Vec::new();
         for entry in entries.flatten() {
             let file = entry.file_name();
-            let Some(name) = file.to_str().and_then(name_of) else {
+            let Some(name) = file.to_str().and_then(|f| fs.name_in(f)) else {
                 continue;
             };
             if !name.starts_with(prefix) {
@@ -562,18 +548,6 @@ impl Store for FileStore {
 mod tests {
     use super::*;
 
-    #[test]
-    fn file_names_stay_in_the_directory_and_round_trip() {
-        for name in ["deploy", "team/prod", "a:b@c+d=e", "x.y_z-1"] {
-            let f = file_name(name);
-            assert!(!f.contains('/'), "{f}");
-            assert!(!f.starts_with('.'), "{f}");
-            assert_eq!(name_of(&f).as_deref(), Some(name));
-        }
-        assert_eq!(name_of(".tmp"), None);
-        assert_eq!(name_of(".lock"), None);
-    }
-
     /// Another process holding the namespace's flock (one frozen mid-write, say) holds up
     /// the operation, not the runtime: timers go on, and the operation is granted once the
     /// flock is free. (An operation takes the flock on the runtime's thread only when it is
@@ -582,7 +556,7 @@ mod tests {
     async fn a_held_namespace_flock_is_waited_for_off_the_runtime_thread() {
         use std::time::Instant;
         let root = tempfile::tempdir().unwrap();
-        let store = FileStore::open(root.path(), "t").unwrap();
+        let store = FileStore::open(root.path(), "t", Options::default()).unwrap();
         let other = OpenOptions::new()
             .read(true)
             .write(true)

@@ -710,7 +710,10 @@ pub async fn open(
     timeout: Duration,
 ) -> StoreResult<Arc<dyn Store>> {
     match url {
-        StoreUrl::File { dir } => Ok(Arc::new(file::FileStore::open(dir, namespace)?)),
+        StoreUrl::File { dir, network } => {
+            let options = file::Options { network: *network };
+            Ok(Arc::new(file::FileStore::open(dir, namespace, options)?))
+        }
         StoreUrl::Redis(r) => Ok(Arc::new(
             redis::RedisStore::connect(r, namespace, timeout).await?,
         )),

@@ -78,7 +78,11 @@ impl fmt::Display for ServerUrl {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreUrl {
-    File { dir: PathBuf },
+    /// `network`: `?network=1`, the directory may be on a network or FUSE file system.
+    File {
+        dir: PathBuf,
+        network: bool,
+    },
     Redis(ServerUrl),
     RedisCluster(ServerUrl),
     Etcd(ServerUrl),
@@ -105,6 +109,7 @@ impl StoreUrl {
     pub fn default_file() -> StoreUrl {
         StoreUrl::File {
             dir: super::file::dir::default_dir().path,
+            network: false,
         }
     }
 }
@@ -112,7 +117,13 @@ impl StoreUrl {
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreUrl::File { dir } => write!(f, "file://{}", dir.display()),
+            StoreUrl::File { dir, network } => {
+                write!(f, "file://{}", dir.display())?;
+                if *network {
+                    f.write_str("?network=1")?;
+                }
+                Ok(())
+            }
             StoreUrl::Redis(s)
             | StoreUrl::RedisCluster(s)
             | StoreUrl::Etcd(s)
@@ -168,13 +179,24 @@ pub fn parse_with_env(
     })?;
     let scheme = scheme.to_ascii_lowercase();
     if scheme == "file" {
-        if !rest.starts_with('/') || rest.contains('?') {
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if !path.starts_with('/') {
             return Err(format!(
                 "{shown:?}: a file store URL is file:///absolute/dir"
             ));
         }
+        let network = match query {
+            "" => false,
+            "network=1" => true,
+            _ => {
+                return Err(format!(
+                    "{shown:?}: a file store URL takes only ?network=1 (allow a network or                      FUSE file system), as in file:///absolute/dir?network=1"
+                ));
+            }
+        };
         return Ok(StoreUrl::File {
-            dir: PathBuf::from(percent_decode(rest).map_err(|e| format!("{shown:?}: {e}"))?),
+            dir: PathBuf::from(percent_decode(path).map_err(|e| format!("{shown:?}: {e}"))?),
+            network,
         });
     }
     let (default_port, tls, multi) = match scheme.as_str() {
@@ -433,10 +455,21 @@ mod tests {
         assert_eq!(
             parse_with_env("file:///var/lib/dlock", &no_env),
             Ok(StoreUrl::File {
-                dir: "/var/lib/dlock".into()
+                dir: "/var/lib/dlock".into(),
+                network: false,
             })
         );
         assert!(parse_with_env("file://relative", &no_env).is_err());
+        let net = parse_with_env("file:///mnt/nfs/locks?network=1", &no_env).unwrap();
+        assert_eq!(
+            net,
+            StoreUrl::File {
+                dir: "/mnt/nfs/locks".into(),
+                network: true,
+            }
+        );
+        assert_eq!(net.to_string(), "file:///mnt/nfs/locks?network=1");
+        assert!(parse_with_env("file:///x?network=yes", &no_env).is_err());
     }
 
     #[test]

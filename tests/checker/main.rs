@@ -585,8 +585,9 @@ impl Setup {
     }
 
     /// Keys or state files still there after every client finished. Redis keeps the per-name
-    /// fence record `dlock:{ns:name}:f` by design; the file store keeps its state file, which
-    /// must hold no holder.
+    /// fence record `dlock:{ns:name}:f` by design; the file store may keep a state file (a
+    /// name whose last lease ran out), which must hold no holder and no waiter, and no
+    /// waiter's bell.
     fn leftovers(&self) -> Vec<String> {
         match &self.stores {
             Stores::File(d) => {
@@ -594,14 +595,20 @@ impl Setup {
                 let ns = d.path().join("default");
                 for e in std::fs::read_dir(&ns).unwrap().flatten() {
                     let f = e.file_name().to_string_lossy().to_string();
-                    // The flock file, and where new state is written before it is swapped in.
-                    if f == ".lock" || f == ".new" {
+                    // The flock file, where new state is written before it is swapped in, and
+                    // the record of the names released last.
+                    if f == ".lock" || f == ".new" || f == ".recent" {
+                        continue;
+                    }
+                    if f == ".q" {
+                        let bells = std::fs::read_dir(e.path()).unwrap().flatten();
+                        out.extend(bells.map(|b| format!("bell {:?}", b.file_name())));
                         continue;
                     }
                     let text = std::fs::read_to_string(e.path()).unwrap_or_default();
                     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-                    let empty = v["holders"].as_array().is_some_and(|h| h.is_empty());
-                    if !f.ends_with(".json") || !empty {
+                    let empty = |k: &str| v[k].as_array().is_none_or(|a| a.is_empty());
+                    if !f.ends_with(".json") || !empty("holders") || !empty("queue") {
                         out.push(format!("{f}: {text}"));
                     }
                 }

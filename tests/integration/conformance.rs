@@ -53,7 +53,12 @@ fn memory() -> Subject {
 fn file() -> Subject {
     static DIR: OnceLock<String> = OnceLock::new();
     let url = shared(&DIR, temp_dir, |d| format!("file://{}", d.path().display()));
-    by_url(url, Caps::default())
+    let caps = Caps {
+        shows_waiters: true,
+        fifo: true,
+        ..Caps::default()
+    };
+    by_url(url, caps)
 }
 
 const REDIS: Caps = Caps {

@@ -245,6 +245,10 @@ fn the_file_store_says_what_it_covers_and_leaves_one_record_per_host() {
     let out = stdout(&o);
     assert!(line(&out, "scope").contains("this host only"), "{out}");
     assert!(line(&out, "persistence").contains("file system"), "{out}");
+    assert!(line(&out, "host").contains("bound to this host"), "{out}");
+    assert!(line(&out, "files").contains("file(s) in"), "{out}");
+    assert!(line(&out, "space").starts_with("  ok"), "{out}");
+    assert!(line(&out, "space").contains("KiB free of"), "{out}");
     assert_code(&env.run(&["doctor"]), 0);
     let dir = env.dir.path().join("runtime/dlock/default");
     let records = std::fs::read_dir(&dir).map_or(0, |d| {

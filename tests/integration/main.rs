@@ -16,6 +16,7 @@ mod doctor;
 mod engine_fences;
 mod etcd_member_cut;
 mod exclusion;
+mod file_host;
 mod forget;
 mod frozen;
 mod generated;

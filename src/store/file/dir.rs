@@ -112,8 +112,8 @@ pub fn old_defaults(in_use: &Path) -> Vec<PathBuf> {
 
 /// Make sure the store's root directory exists: create at most its last component (saying so
 /// on stderr), never a missing parent. The default directory is also checked to be ours
-/// alone.
-pub fn prepare(root: &Path) -> StoreResult<()> {
+/// alone. True if it is the default.
+pub fn prepare(root: &Path) -> StoreResult<bool> {
     let default = default_dir();
     let is_default = root == default.path;
     match fs::DirBuilder::new().mode(0o700).create(root) {
@@ -144,7 +144,7 @@ pub fn prepare(root: &Path) -> StoreResult<()> {
     let meta = fs::symlink_metadata(root)
         .map_err(|e| StoreError::unavailable(format!("cannot read {}: {e}", root.display())))?;
     if is_default {
-        return owned_by_us(root, &meta);
+        return owned_by_us(root, &meta).map(|()| true);
     }
     if !meta.is_dir() {
         return Err(StoreError::refused(format!(
@@ -152,7 +152,7 @@ pub fn prepare(root: &Path) -> StoreResult<()> {
             root.display()
         )));
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The default directory must be a directory of ours that no one else may write to.

@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn a_journal_left_behind_is_seen_and_then_applied() {
         let root = tempfile::tempdir().unwrap();
-        let dir = Dir::open(root.path(), "ns").unwrap();
+        let dir = Dir::open(root.path(), "ns", Default::default()).unwrap();
         dir.write("a", &held(1)).unwrap();
         let changed: Changes = vec![("a".into(), held(7)), ("b".into(), held(8))];
         dir.put(JOURNAL, &serde_json::to_vec(&changed).unwrap())

@@ -82,11 +82,13 @@ impl Dir {
     /// file rewritten: that would bring back ext4's write-out at close.
     fn write_new(&self, staging: &Path, new: &Path, bytes: &[u8]) -> io::Result<()> {
         let create = || {
-            OpenOptions::new()
+            let f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(0o600)
-                .open(new)
+                .mode(self.perms.file)
+                .open(new)?;
+            self.perms.file(&f);
+            Ok::<_, io::Error>(f)
         };
         let mut f = match create() {
             Ok(f) => f,
@@ -95,9 +97,14 @@ impl Dir {
                 create()?
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                match fs::DirBuilder::new().mode(0o700).create(staging) {
+                match fs::DirBuilder::new().mode(self.perms.dir).create(staging) {
                     Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-                    _ => create()?,
+                    r => {
+                        if r.is_ok() {
+                            self.perms.dir(staging);
+                        }
+                        create()?
+                    }
                 }
             }
             Err(e) => return Err(e),
@@ -138,7 +145,7 @@ mod tests {
     #[test]
     fn a_leftover_staging_file_is_replaced_and_nothing_stays_behind() {
         let root = tempfile::tempdir().unwrap();
-        let dir = Dir::open(root.path(), "t").unwrap();
+        let dir = Dir::open(root.path(), "t", Default::default()).unwrap();
         for swap in [true, false] {
             dir.swap.store(swap, std::sync::atomic::Ordering::Relaxed);
             fs::create_dir_all(dir.dir.join(".new")).unwrap();

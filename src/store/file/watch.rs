@@ -1,9 +1,11 @@
-//! The file store's waiters: inotify on the namespace directory wakes them when a change that
-//! may admit them touches a state file they wait on (see `Dir::wake`), and only when what it
-//! now says may admit them.
+//! The file store's waiters: its bell (a pipe) wakes a queued waiter when a change lets it in
+//! (see `waiters`); inotify on the namespace directory wakes a watcher without a queue entry
+//! (`dlock wait`) when a change that may admit it touches a state file it waits on (see
+//! `Dir::wake`), and only when what it now says may admit it.
 
 use std::collections::HashSet;
-use std::io;
+use std::fs::File;
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
@@ -18,11 +20,14 @@ use crate::store::{Acquire, Listener};
 /// How long a run's command runs before a thread is started to close its watch (see `Drop`).
 const CLOSE_AFTER: Duration = Duration::from_millis(50);
 
-/// inotify on the namespace directory, reporting renames onto the watched state files.
+/// A waiter's bell, and inotify on the namespace directory.
 pub(super) struct DirWatch {
-    /// Always `Some` until dropped (see `Drop`).
+    /// inotify on the directory: None when the kernel gave none (a user has 128 instances:
+    /// the bell still wakes a queued waiter) and once dropped (see `Drop`).
     fd: Option<AsyncFd<OwnedFd>>,
     files: HashSet<String>,
+    /// This waiter's bell, if one could be made (else it hears the directory, and polls).
+    bell: Option<AsyncFd<File>>,
     /// The request waiting: a change that cannot admit it (the next holder's grant, which
     /// renames the state file too) does not wake it (see `may_admit`).
     ask: (Arc<Dir>, Acquire),
@@ -35,38 +40,32 @@ impl DirWatch {
         store: Arc<Dir>,
         req: Acquire,
     ) -> io::Result<DirWatch> {
-        // SAFETY: plain syscalls; the path is NUL-terminated by CString.
-        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: raw is a fresh descriptor we own from here on.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-            .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
-        // A change that may admit a waiter sets the state file's times after its rename (an
-        // IN_ATTRIB, see `Dir::wake`), or the file goes. The renames themselves are not
-        // watched: every grant and renewal, of any name in the namespace, woke every waiter
-        // of the namespace to find nothing for it.
-        let mask = libc::IN_ATTRIB | libc::IN_DELETE;
-        // SAFETY: fd is open, c is a valid C string.
-        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        // Made before the directory is watched: making `.q` changes the directory.
+        let bell = store.ring_for(&req.token).and_then(|pipe| {
+            // SAFETY: the File moves into the AsyncFd, which alone keeps it open until dropped.
+            unsafe { AsyncFd::register_with_interest(pipe, tokio::io::Interest::READABLE) }
+                .map_err(|e| io::Error::other(e.to_string()))
+        });
+        let fd = inotify(dir);
+        let (bell, fd) = match (bell, fd) {
+            (Err(e), Err(_)) => return Err(e),
+            (bell, fd) => (bell.ok(), fd.ok()),
+        };
         Ok(DirWatch {
-            fd: Some(fd),
+            fd,
             files,
+            bell,
             ask: (store, req),
         })
     }
 
-    fn fd(&self) -> &AsyncFd<OwnedFd> {
-        self.fd
-            .as_ref()
-            .expect("the inotify descriptor lives until drop")
+    pub(super) fn fd(&self) -> &AsyncFd<OwnedFd> {
+        self.fd.as_ref().expect("an inotify descriptor")
+    }
+
+    #[cfg(test)]
+    pub(super) fn bell(&self) -> &AsyncFd<File> {
+        self.bell.as_ref().expect("a bell")
     }
 
     /// Whether the state the directory holds now may admit the request: false only when a
@@ -88,7 +87,7 @@ impl DirWatch {
     }
 
     /// Read pending events; true if one names a watched file.
-    fn drain(&self) -> io::Result<bool> {
+    pub(super) fn drain(&self) -> io::Result<bool> {
         let mut buf = [0u8; 4096];
         let mut hit = false;
         loop {
@@ -136,6 +135,7 @@ impl Drop for DirWatch {
     /// CPU. In a run that ends before then, the process's exit closes it, after the
     /// release (a thread still closing it would have held up that exit as long).
     fn drop(&mut self) {
+        self.ask.0.listener_gone(&self.ask.1.token);
         let Some(fd) = self.fd.take() else { return };
         let fd = fd.into_inner();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -152,19 +152,76 @@ impl Listener for DirWatch {
     async fn changed(&mut self, max: Duration) {
         let _ = tokio::time::timeout(max, async {
             loop {
-                let Ok(mut guard) = self.fd().readable().await else {
-                    return;
-                };
-                match self.drain() {
-                    Ok(true) if self.may_admit() => return,
-                    // Drained to the end: wait for the next event.
-                    Ok(_) => guard.clear_ready(),
-                    Err(_) => return,
+                tokio::select! {
+                    Ok(mut guard) = readable(self.bell.as_ref()) => {
+                        // The bell rings only for a waiter the change lets in.
+                        let rung = drain_pipe(guard.get_inner());
+                        guard.clear_ready();
+                        if rung {
+                            return;
+                        }
+                    }
+                    Ok(mut guard) = readable(self.fd.as_ref()) => match self.drain() {
+                        Ok(true) if self.may_admit() => return,
+                        // Drained to the end: wait for the next event.
+                        Ok(_) => guard.clear_ready(),
+                        Err(_) => return,
+                    },
+                    else => return,
                 }
             }
         })
         .await;
     }
+}
+
+/// Until `fd` is readable; never without one.
+async fn readable<T: std::os::fd::AsRawFd>(
+    fd: Option<&AsyncFd<T>>,
+) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, T>> {
+    match fd {
+        Some(fd) => fd.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Read a bell's pipe empty; true if it held anything.
+fn drain_pipe(mut pipe: &File) -> bool {
+    let mut buf = [0u8; 64];
+    let mut any = false;
+    while let Ok(n) = pipe.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        any = true;
+    }
+    any
+}
+
+/// inotify on the namespace directory, for changes that may admit a watcher without a queue
+/// entry.
+fn inotify(dir: &Path) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: plain syscalls; the path is NUL-terminated by CString.
+    let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: raw is a fresh descriptor we own from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::other("directory path has a NUL byte"))?;
+    // A change that may admit a watcher sets the state file's times after its rename (an
+    // IN_ATTRIB, see `Dir::wake`), or the file goes. The renames themselves are not watched:
+    // every grant and renewal, of any name in the namespace, woke every waiter of the
+    // namespace to find nothing for it.
+    let mask = libc::IN_ATTRIB | libc::IN_DELETE;
+    // SAFETY: fd is open, c is a valid C string.
+    if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the OwnedFd moves into the AsyncFd, which alone keeps it open until dropped.
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 #[cfg(test)]
@@ -189,7 +246,7 @@ pub(super) mod tests {
     /// A file store in a fresh directory (namespace "t"), with `holder` granted in it.
     async fn held(holder: &Acquire) -> (tempfile::TempDir, FileStore) {
         let root = tempfile::tempdir().unwrap();
-        let store = FileStore::open(root.path(), "t").unwrap();
+        let store = FileStore::open(root.path(), "t", Default::default()).unwrap();
         grant(&store, holder).await;
         (root, store)
     }

@@ -1,0 +1,367 @@
+//! The file store's queue (issue 37, item 4): waiters served in arrival order, one wake per
+//! release.
+//!
+//! A state file lists its waiters (`Entry`) in ticket order, behind its holders, and the
+//! stores' queue rule (`store::queue::turn`) decides who may hold: a request is granted when
+//! its mode admits every holder and every waiter ahead of it, so nobody passes an earlier
+//! waiter, and a `--shared` request that comes after a queued exclusive one waits behind it.
+//!
+//! Each waiting process has a bell: a named pipe in `.q/` that it keeps open for reading (and
+//! writing, so no writer's going reads as an end) for as long as it waits, and watches. A
+//! change that may admit waiters (a release, a waiter giving up) rings only the bells of the
+//! run it admits, from the head (one exclusive waiter, or the next compatible run of
+//! `--shared`/`--limit` ones), by writing a byte into each; no other waiter is woken. (Not an
+//! inotify watch per waiter: a user may have 128 inotify instances, and the 129th waiter of a
+//! herd heard nothing.) The open pipe is the waiter's life: opening a pipe nobody reads fails
+//! (ENXIO), so a waiter that died (its process killed, its descriptors closed with it) is
+//! dropped from the queue by the first operation that needs to know, and never blocks the
+//! queue. A grant needs no such check (a dead waiter ahead can only have kept it out); a
+//! refusal is checked against the waiter that decides it.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Dir, State, names};
+use crate::store::queue::{Turn, turn};
+use crate::store::{Acquire, Mode};
+
+/// The bells' directory in the namespace's.
+pub(super) const BELLS: &str = ".q";
+
+/// How many bells one sweep looks at (see `sweep_bells`).
+const SWEEP: usize = 16;
+
+/// One queued waiter of a name: short keys, since every operation on the name reads and
+/// writes the whole queue.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub(super) struct Entry {
+    /// Arrival order, the same for every name of one request.
+    #[serde(rename = "t")]
+    pub ticket: u64,
+    #[serde(rename = "k")]
+    pub token: String,
+    #[serde(rename = "m")]
+    pub mode: String,
+    /// Holder metadata, for `inspect`.
+    #[serde(rename = "d", default)]
+    pub meta: String,
+}
+
+impl Entry {
+    fn mode(&self) -> Mode {
+        Mode::from_code(&self.mode).unwrap_or(Mode::Exclusive)
+    }
+
+    fn bell(&self) -> String {
+        bell_name(&self.token)
+    }
+}
+
+/// A bell's file name: from the token, so every process finds it, without showing it.
+fn bell_name(token: &str) -> String {
+    names::hex(format!("bell:{token}").as_bytes())[..24].to_string()
+}
+
+/// Something ahead of a request: a holder (alive by its deadline) or a queued waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ahead {
+    Holder,
+    Waiter(usize),
+}
+
+/// The bells this process holds, by token: made by its listener or by its first queued
+/// attempt, whichever comes first, and dropped once the request is granted or withdrawn.
+#[derive(Default)]
+pub(super) struct Bells(Mutex<HashMap<String, Bell>>);
+
+struct Bell {
+    path: PathBuf,
+    /// The pipe, open for reading and writing: it says the waiter lives.
+    pipe: File,
+    /// Its waiter is queued: only its grant or release drops it, not its listener (the
+    /// engine opens a new listener before it drops the old one when a store came back).
+    queued: bool,
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// What an attempt found on one name.
+pub(super) struct Verdict {
+    pub admitted: bool,
+    /// Kept out by a holder (so it may look again when that lease runs out), not a waiter.
+    pub by_holder: bool,
+    /// Dead waiters were dropped: the state changed.
+    pub dropped: bool,
+}
+
+impl State {
+    /// Whether `mode` may hold now for `token` (see the module's comment).
+    pub(super) fn verdict(&mut self, token: &str, mode: Mode, dir: &Path) -> Verdict {
+        let mut dropped = false;
+        loop {
+            let pos = self.position(token).unwrap_or(self.queue.len());
+            let ahead = self.ahead(pos);
+            let blockers: Vec<Ahead> = match turn(mode, &ahead) {
+                Turn::Hold => {
+                    return Verdict {
+                        admitted: true,
+                        by_holder: false,
+                        dropped,
+                    };
+                }
+                Turn::After(who) => vec![*who],
+                Turn::Slots(who) => who.into_iter().copied().collect(),
+            };
+            let dead = blockers.iter().rev().find_map(|b| match b {
+                Ahead::Waiter(i) if !alive(dir, &self.queue[*i].bell()) => Some(*i),
+                _ => None,
+            });
+            match dead {
+                Some(i) => {
+                    remove_bell(dir, &self.queue.remove(i).bell());
+                    dropped = true;
+                }
+                None => {
+                    return Verdict {
+                        admitted: false,
+                        by_holder: blockers.iter().all(|b| *b == Ahead::Holder),
+                        dropped,
+                    };
+                }
+            }
+        }
+    }
+
+    fn position(&self, token: &str) -> Option<usize> {
+        self.queue.iter().position(|e| e.token == token)
+    }
+
+    /// The holders, then the first `pos` waiters, each with its mode.
+    fn ahead(&self, pos: usize) -> Vec<(Ahead, Option<Mode>)> {
+        let holders = self.modes().map(|m| (Ahead::Holder, Some(m)));
+        let waiters = (0..pos).map(|i| (Ahead::Waiter(i), Some(self.queue[i].mode())));
+        holders.chain(waiters).collect()
+    }
+
+    /// The bells to ring after a change: the waiters from the head that may hold now, each
+    /// admitting the holders and those before it; dead ones on the way are dropped (so
+    /// `dropped` says the state changed). `except`: the token of the request making the
+    /// change, which needs no bell.
+    pub(super) fn admitted_run(&mut self, dir: &Path, except: &str) -> (Vec<String>, bool) {
+        let (mut ring, mut dropped, mut i) = (Vec::new(), false, 0);
+        while i < self.queue.len() {
+            if turn(self.queue[i].mode(), &self.ahead(i)) != Turn::Hold {
+                break;
+            }
+            let bell = self.queue[i].bell();
+            if !alive(dir, &bell) {
+                self.queue.remove(i);
+                remove_bell(dir, &bell);
+                dropped = true;
+                continue;
+            }
+            if self.queue[i].token != except {
+                ring.push(bell);
+            }
+            i += 1;
+        }
+        (ring, dropped)
+    }
+
+    /// Take `token`'s entry out of the queue; true if it was there.
+    pub(super) fn dequeue(&mut self, token: &str) -> bool {
+        let before = self.queue.len();
+        self.queue.retain(|e| e.token != token);
+        self.queue.len() < before
+    }
+
+    /// The live waiters in order (for `inspect`, without the flock: dead ones are skipped,
+    /// not dropped).
+    pub(super) fn live_waiters(&self, dir: &Path) -> Vec<&Entry> {
+        self.queue
+            .iter()
+            .filter(|e| alive(dir, &e.bell()))
+            .collect()
+    }
+}
+
+impl Dir {
+    /// Queue the request on every name it is not queued on yet, behind everyone there (under
+    /// the flock). False, queuing nothing, when it has no bell (one could not be made): it
+    /// then waits as before the queue, looking again after each release or poll.
+    pub(super) fn enqueue(&self, states: &mut [(String, State, bool)], req: &Acquire) -> bool {
+        if self.ring_for(&req.token).is_err() {
+            return false;
+        }
+        if let Some(b) = self.bells.0.lock().expect("bells lock").get_mut(&req.token) {
+            b.queued = true;
+        }
+        let mine = states
+            .iter()
+            .find_map(|(_, st, _)| st.position(&req.token).map(|i| st.queue[i].ticket));
+        let last = states
+            .iter()
+            .flat_map(|(_, st, _)| st.queue.iter().map(|e| e.ticket + 1))
+            .max()
+            .unwrap_or(0);
+        let ticket = mine.unwrap_or_else(|| super::now_ns().max(last));
+        for ((_, st, dirty), mode) in states.iter_mut().zip(req.modes.iter()) {
+            if st.position(&req.token).is_none() {
+                let at = st.queue.partition_point(|e| e.ticket < ticket);
+                st.queue.insert(
+                    at,
+                    Entry {
+                        ticket,
+                        token: req.token.clone(),
+                        mode: mode.code(),
+                        meta: req.meta.clone(),
+                    },
+                );
+                *dirty = true;
+            }
+        }
+        true
+    }
+
+    /// This process's bell for `token`, made if need be: a descriptor of its pipe, for the
+    /// listener to wait on.
+    pub(super) fn ring_for(&self, token: &str) -> io::Result<File> {
+        let mut bells = self.bells.0.lock().expect("bells lock");
+        if let Some(b) = bells.get(token) {
+            return b.pipe.try_clone();
+        }
+        let dir = self.dir.join(BELLS);
+        if let Err(e) = fs::DirBuilder::new().mode(self.perms.dir).create(&dir) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+        } else {
+            self.perms.dir(&dir);
+        }
+        // Made aside and opened before it takes its name, so a sweep never finds it unread.
+        let name = bell_name(token);
+        let aside = dir.join(format!(".{name}"));
+        let _ = fs::remove_file(&aside);
+        mkfifo(&aside, self.perms.file)?;
+        let pipe = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&aside)?;
+        self.perms.file(&pipe);
+        let path = dir.join(name);
+        fs::rename(&aside, &path)?;
+        let listener = pipe.try_clone()?;
+        bells.insert(
+            token.to_string(),
+            Bell {
+                path,
+                pipe,
+                queued: false,
+            },
+        );
+        Ok(listener)
+    }
+
+    /// The request is granted or withdrawn: its bell goes.
+    pub(super) fn drop_bell(&self, token: &str) {
+        self.bells.0.lock().expect("bells lock").remove(token);
+    }
+
+    /// Its listener is gone: the bell goes unless its waiter is queued (`dlock wait`'s
+    /// watcher never is).
+    pub(super) fn listener_gone(&self, token: &str) {
+        let mut bells = self.bells.0.lock().expect("bells lock");
+        if bells.get(token).is_some_and(|b| !b.queued) {
+            bells.remove(token);
+        }
+    }
+
+    /// Ring these bells (after the namespace's flock is let go): a byte into each pipe. A
+    /// failure is left alone: a waiter looks again within `MAX_POLL` whatever it hears.
+    pub(super) fn ring(&self, bells: &[String]) {
+        for bell in bells {
+            if let Ok(mut pipe) = open_to_ring(&self.dir.join(BELLS).join(bell)) {
+                let _ = pipe.write(b"!");
+            }
+        }
+    }
+
+    /// Remove a few bells left by waiters that died before they queued or after they were
+    /// dropped from it (nobody reads them): called when a name is forgotten, so the
+    /// directory does not collect them. Never more than `SWEEP` per call, whatever waits.
+    pub(super) fn sweep_bells(&self) {
+        let dir = self.dir.join(BELLS);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return;
+        };
+        let stale = SystemTime::now() - Duration::from_secs(60);
+        for entry in entries.flatten().take(SWEEP) {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            // One being made: only a minute-old one is a leftover.
+            if name.starts_with('.')
+                && entry
+                    .metadata()
+                    .map_or(true, |m| m.modified().map_or(true, |t| t > stale))
+            {
+                continue;
+            }
+            let path = dir.join(name);
+            if !alive_at(&path) {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+}
+
+/// Whether the waiter behind a bell lives: someone reads its pipe. A bell that cannot be
+/// opened for another reason is taken for alive (the safe side: it is waited for, never
+/// skipped).
+fn alive(dir: &Path, bell: &str) -> bool {
+    alive_at(&dir.join(BELLS).join(bell))
+}
+
+fn alive_at(path: &Path) -> bool {
+    match open_to_ring(path) {
+        Ok(_) => true,
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENOENT)),
+    }
+}
+
+/// A bell's pipe open for writing, without waiting for a reader (ENXIO when there is none).
+fn open_to_ring(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    // SAFETY: a NUL-terminated path; mkfifo touches nothing else.
+    if unsafe { libc::mkfifo(c.as_ptr(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn remove_bell(dir: &Path, bell: &str) {
+    let _ = fs::remove_file(dir.join(BELLS).join(bell));
+}
+
+#[cfg(test)]
+mod tests;
