@@ -67,3 +67,17 @@ fn held_for_counts_from_the_grant_on_redis() {
     let redis = RedisServer::start();
     held_for_counts_from_the_grant(&Env::with_stores(vec![redis.url()]));
 }
+
+/// A queued waiter's entry is written when it queues: the grant must stamp it again (the
+/// releaser's handover on etcd, the waiter's own grant on ZooKeeper).
+#[test]
+fn held_for_counts_from_the_grant_on_etcd() {
+    let etcd = crate::common::etcd::EtcdServer::start();
+    held_for_counts_from_the_grant(&Env::with_stores(vec![etcd.url()]));
+}
+
+#[test]
+fn held_for_counts_from_the_grant_on_zookeeper() {
+    let zk = crate::common::zk::ZkServer::start();
+    held_for_counts_from_the_grant(&Env::with_stores(vec![zk.url()]));
+}

@@ -160,6 +160,8 @@ impl Inner {
             spare_ttl: 0,
             behind,
             handed_previous: previous.text(),
+            // Held from now, not from when it queued: "held for" counts from the grant.
+            meta: crate::meta::restamped(&heir.entry.meta),
             ..heir.entry.clone()
         };
         [

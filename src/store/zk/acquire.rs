@@ -212,6 +212,10 @@ impl Inner {
             });
             rec.fence = fence;
             rec.open.insert(req.token.clone(), fence);
+            rec.since.retain(|t, _| rec.open.contains_key(t));
+            if let Some(at) = crate::meta::parse(&req.meta)["acquired_at"].as_str() {
+                rec.since.insert(req.token.clone(), at.to_string());
+            }
             w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(v.version))
                 .map_err(bad_path)?;
             holds.push(Hold {

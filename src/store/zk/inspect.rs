@@ -54,7 +54,7 @@ impl Inner {
                     mode: ch.mode,
                     fence,
                     ttl_left_ms: ttl_ms,
-                    meta: crate::meta::parse(&meta),
+                    meta: granted_at(crate::meta::parse(&meta), v.record.since.get(&ch.token)),
                 }),
                 None => out.waiters.push(Waiter {
                     owner: crate::names::owner_id(&ch.token),
@@ -93,4 +93,12 @@ impl Inner {
         }
         Ok(out)
     }
+}
+
+/// A queue entry's metadata with the grant's time (`Record::since`) as its `acquired_at`.
+fn granted_at(mut meta: serde_json::Value, since: Option<&String>) -> serde_json::Value {
+    if let (Some(at), Some(m)) = (since, meta.as_object_mut()) {
+        m.insert("acquired_at".into(), at.clone().into());
+    }
+    meta
 }

@@ -132,6 +132,11 @@ pub struct Record {
     /// is gone ended without a release: its holder died, so the next holder hears "expired".
     #[serde(default)]
     pub open: BTreeMap<String, u64>,
+    /// Token -> when its lease was granted (the grant attempt's `acquired_at`). A lease held
+    /// in its queue entry shows that entry's metadata, written when it queued, and "held for"
+    /// counts from the grant, not from the queueing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub since: BTreeMap<String, String>,
 }
 
 impl Record {
