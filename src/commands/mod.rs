@@ -186,7 +186,7 @@ pub async fn acquire_any(
         Err(Stop::Signal(sig)) => {
             waiting.finish(Outcome::Interrupted);
             withdraw(None).await;
-            return Err(Error::new(ExitCode::Raw(128 + sig), ""));
+            return Err(Error::interrupted(sig));
         }
     };
     if r.is_ok() {
@@ -265,7 +265,7 @@ pub async fn acquire_any(
                 ),
                 _ => format!("{busy} {by}; not acquired"),
             };
-            Error::new(code, msg)
+            Error::new(code, msg).with_kind("not_acquired")
         }
         // A store's own timeout is per request, and a failed attempt also cleans up after
         // itself: say how long it all took, so the message names a true time.

@@ -118,6 +118,8 @@ pub async fn supervise_with(
             return Err(e);
         }
     };
+    // The command owns stdout now: under --json, dlock prints no object of its own.
+    out.hand_stdout_over();
     if let Some(t) = &terminal {
         t.give(job.pgid);
     }
