@@ -65,15 +65,7 @@ pub fn merge(states: &[&LockState], need: usize) -> Merged {
 
 /// The owner as people name machines: user@host pid N.
 pub fn who(h: &Holder) -> String {
-    let m = &h.meta;
-    // Metadata another process wrote: shown escaped, never raw.
-    let s = |k: &str| printable(m.get(k).and_then(|v| v.as_str()).unwrap_or("?"));
-    format!(
-        "{}@{} pid {}",
-        s("user"),
-        s("host"),
-        m.get("pid").map_or("?".into(), |p| p.to_string())
-    )
+    crate::meta::who(&h.meta)
 }
 
 pub fn expires(ms: u64) -> String {
@@ -149,11 +141,22 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                 Err(e) => json!({ "store": store, "state": "unreachable", "error": e.to_string(), "warnings": warnings }),
             })
             .collect();
+        // Whether each holder's process still runs (null: another host's).
+        let holders: Vec<_> = merged
+            .holders
+            .iter()
+            .map(|q| {
+                let mut v = json!(q);
+                v["pid"] = json!(crate::meta::holder_pid(&q.holder.meta));
+                v["alive"] = json!(crate::meta::alive(&q.holder.meta));
+                v
+            })
+            .collect();
         let mut v = json!({
             "name": args.name,
             "namespace": ctx.namespace,
             "held": !merged.holders.is_empty(),
-            "holders": merged.holders,
+            "holders": holders,
             "waiters": merged.waiters,
             "fence": merged.fence,
             "previous": merged.previous,
