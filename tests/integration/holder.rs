@@ -85,7 +85,8 @@ fn a_lock_is_shown_by_the_script_that_holds_it() {
     let dlock = env!("CARGO_BIN_EXE_dlock");
     let (pidfile, gate) = (env.path("pid"), env.path("gate"));
     let script = format!(
-        "T=$({dlock} lock x --ttl 5m); echo $$ > {p}; while [ ! -e {g} ]; do sleep 0.05; done",
+        "T=$({dlock} lock x --ttl 5m); echo $$ > {p}; i=0; \
+         while [ ! -e {g} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
         p = pidfile.display(),
         g = gate.display()
     );
