@@ -30,7 +30,9 @@ fn check(kind: &str, s: &str, extra: &str, example: &str) -> Result<(), String> 
     let slash = extra.contains('/');
     if s.starts_with(['.', '-']) || (slash && (s.starts_with('/') || s.ends_with('/'))) {
         return Err(match slash {
-            true => format!("the {kind} {s:?} may not start with . / or -, end with /, or contain //"),
+            true => {
+                format!("the {kind} {s:?} may not start with . / or -, end with /, or contain //")
+            }
             false => format!("the {kind} {s:?} may not start with . or -"),
         });
     }
@@ -51,7 +53,12 @@ pub fn parse_name(s: &str) -> Result<String, String> {
 
 /// A namespace: like a name, without `:` and `/` (they separate it from the name in keys).
 pub fn parse_namespace(s: &str) -> Result<String, String> {
-    check("namespace", s, "", "team-a (or leave --namespace out for the default)")?;
+    check(
+        "namespace",
+        s,
+        "",
+        "team-a (or leave --namespace out for the default)",
+    )?;
     Ok(s.to_string())
 }
 
