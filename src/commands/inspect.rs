@@ -68,6 +68,20 @@ pub fn who(h: &Holder) -> String {
     crate::meta::who(&h.meta)
 }
 
+/// The holders for `--json`, each with the pid of the process that holds and whether it still
+/// runs (null: another host's).
+fn holders_json(holders: &[QuorumHolder]) -> Vec<serde_json::Value> {
+    holders
+        .iter()
+        .map(|q| {
+            let mut v = json!(q);
+            v["pid"] = json!(crate::meta::holder_pid(&q.holder.meta));
+            v["alive"] = json!(crate::meta::alive(&q.holder.meta));
+            v
+        })
+        .collect()
+}
+
 pub fn expires(ms: u64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000))).to_string()
 }
@@ -141,22 +155,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                 Err(e) => json!({ "store": store, "state": "unreachable", "error": e.to_string(), "warnings": warnings }),
             })
             .collect();
-        // Whether each holder's process still runs (null: another host's).
-        let holders: Vec<_> = merged
-            .holders
-            .iter()
-            .map(|q| {
-                let mut v = json!(q);
-                v["pid"] = json!(crate::meta::holder_pid(&q.holder.meta));
-                v["alive"] = json!(crate::meta::alive(&q.holder.meta));
-                v
-            })
-            .collect();
         let mut v = json!({
             "name": args.name,
             "namespace": ctx.namespace,
             "held": !merged.holders.is_empty(),
-            "holders": holders,
+            "holders": holders_json(&merged.holders),
             "waiters": merged.waiters,
             "fence": merged.fence,
             "previous": merged.previous,
