@@ -66,6 +66,9 @@ fn conforms(env: &Env, saved: &[(String, String)]) {
 fn every_command_prints_one_versioned_object_on_every_exit() {
     let env = Env::file();
     let mut saved = Vec::new();
+    // A command that is not there: under the test's own dir, so nobody can have made it.
+    let missing = env.path("no-such-cmd");
+    let missing = missing.to_str().unwrap();
     let case = |saved: &mut Vec<(String, String)>, args: &[&str], kind: Option<&str>| {
         let mut full = vec!["--json"];
         full.extend_from_slice(args);
@@ -128,11 +131,7 @@ fn every_command_prints_one_versioned_object_on_every_exit() {
         Some("usage"),
     );
     case(&mut saved, &["run", "a"], Some("usage"));
-    case(
-        &mut saved,
-        &["run", "free", "--", "/nonexistent/cmd"],
-        Some("not_run"),
-    );
+    case(&mut saved, &["run", "free", "--", missing], Some("not_run"));
     // Stores that cannot be used: unreachable (69).
     case(
         &mut saved,
