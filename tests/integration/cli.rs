@@ -290,3 +290,20 @@ fn a_missing_password_is_77_not_69() {
         assert!(stderr(&o).contains("password"), "{}", stderr(&o));
     }
 }
+
+/// `dlock help CMD` is `dlock CMD --help`, as git and cargo take it; `dlock help` alone is
+/// `dlock --help`, and an unknown command is a usage error.
+#[test]
+fn help_names_a_command() {
+    let env = Env::file();
+    for cmd in ["run", "lock", "inspect", "shards"] {
+        let o = env.run(&["help", cmd]);
+        assert_code(&o, 0);
+        assert_eq!(stdout(&o), stdout(&env.run(&[cmd, "--help"])), "{cmd}");
+        assert!(stdout(&o).contains(&format!("Usage: dlock {cmd}")), "{cmd}");
+    }
+    assert_eq!(stdout(&env.run(&["help"])), stdout(&env.run(&["--help"])));
+    let o = env.run(&["help", "nosuch"]);
+    assert_code(&o, 64);
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+}
