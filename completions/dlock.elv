@@ -18,7 +18,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
     }
     var completions = [
         &'dlock'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -54,7 +54,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --limit 'Let up to K holders in at once (a semaphore)'
             cand --reason 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)'
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -75,7 +75,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;unlock'= {
             cand --token 'Token printed by `lock`'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -94,7 +94,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;extend'= {
             cand --token 'Token printed by `lock`'
             cand --ttl 'New lease time, counted from now'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -118,13 +118,13 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -E 'Exit code when the lock is not acquired (default 75)'
             cand --conflict-exit-code 'Exit code when the lock is not acquired (default 75)'
             cand --limit 'Let up to K holders in at once (a semaphore)'
-            cand --kill-grace 'How long a job being stopped gets between SIGTERM and SIGKILL (its command killed, --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long before it would run out [default: ttl/4, at most 10s]'
+            cand --kill-grace 'Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed, --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its SIGTERM this long before it would run out [default: ttl/4, at most 10s]'
             cand --reason 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)'
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
             cand --hold-min 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)'
             cand --max-runtime 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124'
             cand --jitter 'Sleep a random time up to this long before trying for the lock'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -152,10 +152,10 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --timeout 'Wait at most this long for the lock (default: forever)'
             cand -E 'Exit code when the lock is not acquired (default 75)'
             cand --conflict-exit-code 'Exit code when the lock is not acquired (default 75)'
-            cand --kill-grace 'How long a job being stopped gets between SIGTERM and SIGKILL (its command killed, --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long before it would run out [default: ttl/4, at most 10s]'
+            cand --kill-grace 'Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed, --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its SIGTERM this long before it would run out [default: ttl/4, at most 10s]'
             cand --reason 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)'
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -175,7 +175,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;inspect'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -192,7 +192,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;doctor'= {
             cand --ttl 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -208,7 +208,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;list'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -229,7 +229,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --timeout 'Wait at most this long for the lock to be free (default: forever)'
             cand -E 'Exit code when the lock is still held at the end of the wait (default 75)'
             cand --conflict-exit-code 'Exit code when the lock is still held at the end of the wait (default 75)'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -245,7 +245,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;shards'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -262,7 +262,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand adopt 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them'
         }
         &'dlock;shards;adopt'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -278,7 +278,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;completions'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'

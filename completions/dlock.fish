@@ -24,7 +24,7 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -53,7 +53,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -68,7 +68,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say 
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l token -d 'Token printed by `lock`' -r
-complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -83,7 +83,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s h -l help -d 'Pri
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l token -d 'Token printed by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l ttl -d 'New lease time, counted from now' -r
-complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -100,13 +100,13 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease time; 
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'How long a job being stopped gets between SIGTERM and SIGKILL (its command killed, --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed, --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l hold-min -d 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l max-runtime -d 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l jitter -d 'Sleep a random time up to this long before trying for the lock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -125,10 +125,10 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shared -d 'Als
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'How long a job being stopped gets between SIGTERM and SIGKILL (its command killed, --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed, --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -142,7 +142,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s v -l verbose -
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -155,7 +155,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s q -l quiet -d 'S
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The ttl the locks will use: ZooKeeper\'s session bounds are checked against it' -r
-complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -167,7 +167,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s v -l verbose -d '
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -181,7 +181,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s w -l wait -l timeout -d 'Wait at most this long for the lock to be free (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit code when the lock is still held at the end of the wait (default 75)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -193,7 +193,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -206,7 +206,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -f -a "adopt" -d 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them'
-complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -218,7 +218,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subc
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
-use crate::cli::{Cli, Command, GlobalArgs};
+use crate::cli::{Cli, ColorWhen, Command, GlobalArgs};
 use crate::commands::Ctx;
 use crate::engine::{Engine, timing};
 use crate::exit::{Error, ExitCode, Result};
@@ -34,19 +34,17 @@ pub fn main() -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            out.error(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::Failure.into();
+            let e = Error::failure(format!("cannot start the async runtime: {e}"));
+            out.finish(e.code.into(), Some(&e));
+            return e.code.into();
         }
     };
-    let code = match runtime.block_on(dispatch(cli, out)) {
-        Ok(code) => code,
-        Err((out, e)) => {
-            if !e.message.is_empty() {
-                out.error(&e.message);
-            }
-            e.code.into()
-        }
+    let (out, result) = runtime.block_on(dispatch(cli, out));
+    let code = match &result {
+        Ok(code) => *code,
+        Err(e) => e.code.into(),
     };
+    out.finish(code, result.as_ref().err());
     // The work is done and the process exits next: skip the runtime's orderly shutdown (joining
     // the blocking pool, closing idle connections), which only adds latency to every command.
     std::mem::forget(runtime);
@@ -74,12 +72,22 @@ fn version_line() -> String {
     format!("dlock {}\n", env!("CARGO_PKG_VERSION"))
 }
 
-/// clap's own errors as one line on stderr with exit 64; help and version as clap prints them.
+/// clap's own errors as one line on stderr with exit 64 (and the failure object on stdout
+/// under `--json`); help and version as clap prints them.
 fn clap_error(e: clap::Error) -> i32 {
+    let usage = |msg: String| {
+        let out = Output::new(json_requested(), ColorWhen::Auto, 0, false);
+        let e = Error::usage(msg);
+        out.finish(e.code.into(), Some(&e));
+        i32::from(ExitCode::Usage)
+    };
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();
             0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand if json_requested() => {
+            usage("a command is needed; see 'dlock --help'".to_string())
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
@@ -87,16 +95,23 @@ fn clap_error(e: clap::Error) -> i32 {
         }
         _ => {
             if let Some(msg) = escaped(&e) {
-                Output::plain().error(&format!("{msg}; see 'dlock --help'"));
-                return ExitCode::Usage.into();
+                return usage(format!("{msg}; see 'dlock --help'"));
             }
             let argv: Vec<String> = std::env::args_os()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            Output::plain().error(&crate::usage::message(&e, &argv));
-            ExitCode::Usage.into()
+            usage(crate::usage::message(&e, &argv))
         }
     }
+}
+
+/// Whether `--json` is among dlock's own arguments (before any `--`), for an error found
+/// before the command line could be parsed.
+fn json_requested() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
 }
 
 /// clap's message again when the user's word in it has a control character or a newline:
@@ -133,7 +148,7 @@ fn escaped(e: &clap::Error) -> Option<String> {
     })
 }
 
-async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Error)> {
+async fn dispatch(cli: Cli, out: Output) -> (Output, Result<i32>) {
     let ttl = match &cli.command {
         Command::Lock(a) => Some(a.acquire.ttl),
         Command::Run(a) => Some(a.acquire.ttl),
@@ -141,16 +156,21 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
         Command::Extend(a) => Some(a.ttl),
         Command::Doctor(a) => Some(a.ttl),
         Command::Completions(a) => {
+            // The script is the result, under --json too (docs/json.md).
             crate::commands::completions::run(a, &out);
-            return Ok(0);
+            out.hand_stdout_over();
+            return (out, Ok(0));
         }
         _ => None,
     };
     if let Some(status) = crate::supervisor::orphan::requested() {
         // A watchdog's release after dlock's death, not the command line's own work.
         return match open_shards(&cli.global, ttl).await {
-            Ok(shards) => Ok(crate::supervisor::orphan::release(&shards, status).await),
-            Err(e) => Err((out, e)),
+            Ok(shards) => (
+                out,
+                Ok(crate::supervisor::orphan::release(&shards, status).await),
+            ),
+            Err(e) => (out, Err(e)),
         };
     }
     // `doctor` reports a bent clock as a finding instead of refusing to look.
@@ -158,11 +178,11 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
         && !matches!(cli.command, Command::Doctor(_))
         && let Err(e) = crate::commands::trust_clock()
     {
-        return Err((out, e));
+        return (out, Err(e));
     }
     let shards = match open_shards(&cli.global, ttl).await {
         Ok(s) => s,
-        Err(e) => return Err((out, e)),
+        Err(e) => return (out, Err(e)),
     };
     let ctx = Ctx {
         shards: std::sync::Arc::new(shards),
@@ -170,7 +190,7 @@ async fn dispatch(cli: Cli, out: Output) -> std::result::Result<i32, (Output, Er
         out,
     };
     let result = crate::commands::run(cli.command, &ctx).await;
-    result.map_err(|e| (ctx.out, e))
+    (ctx.out, result)
 }
 
 /// The store URLs: `--store` flags, else `DLOCK_STORE`, else the default file store.

@@ -17,7 +17,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 #[command(
     name = "dlock",
     version,
-    about = "Distributed locks for shell commands, on a file store, Redis, etcd or ZooKeeper",
+    about = "Distributed locks for shell commands, on a file store, Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB",
     long_about = "Distributed locks for shell commands.\n\n\
         Wrap a command with `dlock run NAME -- CMD` so two copies never run at once, take and \
         release locks from scripts with `lock`/`unlock`, and see who holds one with `inspect`. \
@@ -40,8 +40,11 @@ pub struct Cli {
 
 #[derive(Args, Debug)]
 pub struct GlobalArgs {
-    /// Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated]
-    #[arg(long = "store", value_name = "URL", global = true)]
+    #[arg(long = "store", value_name = "URL", global = true, help = concat!(
+        "Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: ",
+        crate::store_schemes!(),
+        "]"
+    ))]
     pub stores: Vec<String>,
 
     /// One shard: a store URL or a comma-separated quorum; repeat to spread lock names over
@@ -223,9 +226,9 @@ pub struct HolderArgs {
 /// How a supervised job is stopped, and when it has ended.
 #[derive(Args, Debug, Clone)]
 pub struct SuperviseArgs {
-    /// How long a job being stopped gets between SIGTERM and SIGKILL (its command killed,
-    /// --max-runtime, dlock gone); a lease that cannot be renewed sends SIGTERM this long
-    /// before it would run out [default: ttl/4, at most 10s]
+    /// Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed,
+    /// --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its
+    /// SIGTERM this long before it would run out [default: ttl/4, at most 10s]
     #[arg(long, value_name = "DUR", value_parser = parse_grace)]
     pub kill_grace: Option<Duration>,
     /// Release when the command exits, even if processes it started still run (they go on

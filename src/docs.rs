@@ -36,8 +36,40 @@ pub fn man_pages() -> Vec<(String, Vec<u8>)> {
 
 fn render(cmd: clap::Command) -> Vec<u8> {
     let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd)
+    clap_mangen::Man::new(cmd.clone())
         .render(&mut buf)
         .expect("rendering to memory cannot fail");
-    buf
+    placeholders(&cmd, &String::from_utf8_lossy(&buf)).into_bytes()
+}
+
+/// The SYNOPSIS with each option's value placeholder (`[--store URL]`, `[-w|--wait DUR]`):
+/// clap_mangen prints the option alone, which reads as a flag that takes nothing.
+fn placeholders(cmd: &clap::Command, page: &str) -> String {
+    let mut lines: Vec<String> = page.lines().map(str::to_string).collect();
+    let Some(at) = lines.iter().position(|l| l == ".SH SYNOPSIS") else {
+        return page.to_string();
+    };
+    let Some(line) = lines.get_mut(at + 1) else {
+        return page.to_string();
+    };
+    for arg in cmd.get_arguments() {
+        let Some(long) = arg.get_long().filter(|_| arg.get_action().takes_values()) else {
+            continue;
+        };
+        let value = arg
+            .get_value_names()
+            .and_then(|v| v.first())
+            .map_or_else(|| arg.get_id().as_str().to_uppercase(), |v| v.to_string());
+        let flag = format!("\\fB\\-\\-{}\\fR]", long.replace('-', "\\-"));
+        let with = format!(
+            "\\fB\\-\\-{}\\fR \\fI{value}\\fR]",
+            long.replace('-', "\\-")
+        );
+        *line = line.replace(&flag, &with);
+    }
+    let mut out = lines.join("\n");
+    if page.ends_with('\n') {
+        out.push('\n');
+    }
+    out
 }

@@ -56,6 +56,9 @@ impl From<ExitCode> for i32 {
 pub struct Error {
     pub code: ExitCode,
     pub message: String,
+    /// What went wrong, in one word, for `--json`'s `error.kind` where the code alone does
+    /// not say it (a `-E CODE`, a signal, a command that could not be run).
+    kind: Option<&'static str>,
 }
 
 impl Error {
@@ -63,7 +66,32 @@ impl Error {
         Error {
             code,
             message: message.into(),
+            kind: None,
         }
+    }
+    /// The same error, with the word `--json` gives as its `error.kind`.
+    pub fn with_kind(mut self, kind: &'static str) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+    /// Interrupted by signal `sig`: exit 128+N, nothing on stderr (the user sent it).
+    pub fn interrupted(sig: i32) -> Self {
+        Error::new(ExitCode::Raw(128 + sig), "").with_kind("interrupted")
+    }
+    /// `error.kind` under `--json`: the word given, else the one of the exit code.
+    pub fn kind(&self) -> &'static str {
+        self.kind.unwrap_or(match self.code {
+            ExitCode::Success => "none",
+            ExitCode::Failure | ExitCode::Raw(_) => "failure",
+            ExitCode::Usage => "usage",
+            ExitCode::Unavailable => "unavailable",
+            ExitCode::LockLost => "lock_lost",
+            ExitCode::NotAcquired => "not_acquired",
+            ExitCode::Refused => "refused",
+            ExitCode::Config => "config",
+            ExitCode::IoError => "io_error",
+            ExitCode::TimedOut => "timed_out",
+        })
     }
     pub fn usage(message: impl Into<String>) -> Self {
         Error::new(ExitCode::Usage, message)

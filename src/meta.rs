@@ -25,6 +25,14 @@ pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> Stri
         .map(|a| shell_quote(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
+    // `lock` (and `multilock` without a command) exits at once: the process that holds the
+    // lock is its caller, so that is the pid and command a holder is shown by.
+    let held_by_caller = command.is_empty();
+    let cmd = if held_by_caller {
+        caller_command()
+    } else {
+        cmd
+    };
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     let ci = ci_job();
     let build = |cmd_cap: usize, reason_cap: usize, ci_cap: usize| {
@@ -38,6 +46,9 @@ pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> Stri
             "acquired_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             "version": env!("CARGO_PKG_VERSION"),
         });
+        if held_by_caller {
+            value["holder_pid"] = json!(std::os::unix::process::parent_id());
+        }
         if let Some(r) = reason {
             value["reason"] = json!(cut(r, reason_cap));
         }
@@ -61,6 +72,49 @@ pub fn holder_with(command: &[std::ffi::OsString], reason: Option<&str>) -> Stri
     }
     // Only a pathological host or user name gets here; keep the pid and version at least.
     json!({ "pid": crate::sys::pid(), "version": env!("CARGO_PKG_VERSION") }).to_string()
+}
+
+/// The caller's command line (this process's parent), quoted as a shell would take it back;
+/// empty when it cannot be read.
+fn caller_command() -> String {
+    let ppid = std::os::unix::process::parent_id();
+    let raw = std::fs::read(format!("/proc/{ppid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| shell_quote(&String::from_utf8_lossy(w)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The pid of the process that holds the lease: a `lock`'s caller, else dlock itself.
+pub fn holder_pid(meta: &Value) -> Option<u64> {
+    meta.get("holder_pid")
+        .or_else(|| meta.get("pid"))
+        .and_then(Value::as_u64)
+}
+
+/// Whether the holding process still runs, when it ran on this host (None: another host's,
+/// or not known). A pid the kernel would not let us signal still exists.
+pub fn alive(meta: &Value) -> Option<bool> {
+    let pid = i32::try_from(holder_pid(meta)?).ok().filter(|p| *p > 0)?;
+    if field(meta, "host")? != crate::sys::hostname() {
+        return None;
+    }
+    // SAFETY: signal 0 only asks whether the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    Some(rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// The holder as people name machines: `alice@ci-7 pid 4242`, and `(exited)` after the pid
+/// when it ran on this host and is gone (its lease may be stale).
+pub fn who(meta: &Value) -> String {
+    let s = |k: &str| printable(field(meta, k).unwrap_or("?"));
+    let pid = holder_pid(meta).map_or("?".into(), |p| p.to_string());
+    let gone = match alive(meta) {
+        Some(false) => " (exited)",
+        _ => "",
+    };
+    format!("{}@{} pid {pid}{gone}", s("user"), s("host"))
 }
 
 /// `meta` with its `acquired_at` set to now. The engine stamps each grant attempt so, so that
@@ -161,13 +215,7 @@ pub fn compact(d: std::time::Duration) -> String {
 /// The owner as people name machines and jobs: `alice@ci-7 pid 4242 (make deploy) for 3m12s,
 /// reason: release 1.4, ci: URL`, every stored string escaped.
 pub fn summary(meta: &Value) -> String {
-    let s = |k: &str| printable(field(meta, k).unwrap_or("?"));
-    let mut text = format!(
-        "{}@{} pid {}",
-        s("user"),
-        s("host"),
-        meta.get("pid").map_or("?".into(), |p| p.to_string())
-    );
+    let mut text = who(meta);
     if let Some(cmd) = field(meta, "command") {
         text.push_str(&format!(" ({})", printable(&cut(cmd, 60))));
     }
@@ -184,8 +232,13 @@ pub fn summary(meta: &Value) -> String {
 }
 
 /// Parse stored metadata, tolerating what other versions may have written.
+/// A command that is not known (`lock` stored none) is `null`, as everywhere in `--json`.
 pub fn parse(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+    let mut v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    if v.get("command").and_then(Value::as_str) == Some("") {
+        v["command"] = Value::Null;
+    }
+    v
 }
 
 #[cfg(test)]

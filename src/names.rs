@@ -6,9 +6,10 @@
 /// Longest lock name, in bytes: far more than any real name, short enough for every store's keys.
 pub const MAX_NAME: usize = 200;
 
-fn check(kind: &str, s: &str, extra: &str) -> Result<(), String> {
+/// `example` is a valid one of this kind, for the message about an empty one.
+fn check(kind: &str, s: &str, extra: &str, example: &str) -> Result<(), String> {
     if s.is_empty() {
-        return Err(format!("the {kind} is empty; give e.g. nightly-backup"));
+        return Err(format!("the {kind} is empty; give e.g. {example}"));
     }
     if s.len() > MAX_NAME {
         return Err(format!(
@@ -25,17 +26,25 @@ fn check(kind: &str, s: &str, extra: &str) -> Result<(), String> {
             extra.chars().map(|c| format!(" {c}")).collect::<String>()
         ));
     }
-    if s.starts_with(['.', '/', '-']) || s.ends_with('/') || s.contains("//") {
-        return Err(format!(
-            "the {kind} {s:?} may not start with . / or -, end with /, or contain //"
-        ));
+    // Only kinds that may hold `/` are told of its rules.
+    let slash = extra.contains('/');
+    if s.starts_with(['.', '-']) || (slash && (s.starts_with('/') || s.ends_with('/'))) {
+        return Err(match slash {
+            true => {
+                format!("the {kind} {s:?} may not start with . / or -, end with /, or contain //")
+            }
+            false => format!("the {kind} {s:?} may not start with . or -"),
+        });
+    }
+    if s.contains("//") {
+        return Err(format!("the {kind} {s:?} may not contain //"));
     }
     Ok(())
 }
 
 /// A lock name: letters, digits, `._-@+=:/`, 1 to 200 bytes, no path tricks.
 pub fn parse_name(s: &str) -> Result<String, String> {
-    check("lock name", s, ":/")?;
+    check("lock name", s, ":/", "nightly-backup")?;
     if s.split('/').any(|part| part == "..") {
         return Err(format!("the lock name {s:?} may not contain a .. segment"));
     }
@@ -44,7 +53,12 @@ pub fn parse_name(s: &str) -> Result<String, String> {
 
 /// A namespace: like a name, without `:` and `/` (they separate it from the name in keys).
 pub fn parse_namespace(s: &str) -> Result<String, String> {
-    check("namespace", s, "")?;
+    check(
+        "namespace",
+        s,
+        "",
+        "team-a (or leave --namespace out for the default)",
+    )?;
     Ok(s.to_string())
 }
 
@@ -53,7 +67,7 @@ pub fn parse_prefix(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Ok(String::new());
     }
-    check("prefix", s.trim_end_matches('/'), ":/")?;
+    check("prefix", s.trim_end_matches('/'), ":/", "deploy/")?;
     Ok(s.to_string())
 }
 

@@ -3,9 +3,11 @@
 //! Colour only on a terminal (or `--color always`) and never with `NO_COLOR`. A closed stdout
 //! (`dlock list | head`) ends the program quietly instead of panicking.
 
+use std::cell::{Cell, RefCell};
 use std::io::{self, Write};
 
 use colored::{ColoredString, Colorize};
+use serde_json::{Value, json};
 
 use crate::cli::ColorWhen;
 use crate::sys;
@@ -17,6 +19,10 @@ pub struct Output {
     /// -1 quiet, 0 normal, 1+ verbose.
     verbosity: i8,
     err_tty: bool,
+    /// Under `--json`, the command's result object, printed with the exit code at the end.
+    result: RefCell<Option<serde_json::Value>>,
+    /// Stdout already has its one object, or belongs to the command `run` started.
+    stdout_taken: Cell<bool>,
 }
 
 fn wants_color(when: ColorWhen, fd: i32) -> bool {
@@ -40,12 +46,9 @@ impl Output {
             color_err: wants_color(color, 2),
             verbosity: if quiet { -1 } else { verbose.min(3) as i8 },
             err_tty: sys::is_terminal(2),
+            result: RefCell::new(None),
+            stdout_taken: Cell::new(false),
         }
-    }
-
-    /// Plain output for errors that happen before the options are known.
-    pub fn plain() -> Output {
-        Output::new(false, ColorWhen::Auto, 0, false)
     }
 
     pub fn paint(&self, text: &str, style: fn(&str) -> ColoredString) -> String {
@@ -73,13 +76,37 @@ impl Output {
         writeln!(out, "{text}").and_then(|_| out.flush())
     }
 
+    /// The command's result under `--json`: printed once, at the end, inside the versioned
+    /// envelope with the exit code (see `finish` and docs/json.md).
     pub fn json_value(&self, value: &serde_json::Value) {
-        self.line(&serde_json::to_string(value).expect("json serializes"));
+        *self.result.borrow_mut() = Some(value.clone());
     }
 
-    /// `json_value`, as `try_line`.
+    /// A successful result printed at once and written through, as `try_line`: for one that
+    /// must not be lost unnoticed (`lock`'s token).
     pub fn try_json_value(&self, value: &serde_json::Value) -> io::Result<()> {
-        self.try_line(&serde_json::to_string(value).expect("json serializes"))
+        self.stdout_taken.set(true);
+        self.try_line(&envelope(value.clone(), 0, None).to_string())
+    }
+
+    /// The command `run` started owns stdout from now on: dlock prints no object of its own.
+    pub fn hand_stdout_over(&self) {
+        self.stdout_taken.set(true);
+    }
+
+    /// The end of the command: under `--json`, its one object on stdout (unless already
+    /// printed, or the command's), whatever the exit code; then the error line on stderr.
+    pub fn finish(&self, code: i32, error: Option<&crate::exit::Error>) {
+        if let Some(e) = error.filter(|e| !e.message.is_empty()) {
+            self.error(&e.message);
+        }
+        if !self.json || self.stdout_taken.get() {
+            return;
+        }
+        let body = self.result.borrow_mut().take().unwrap_or_else(|| json!({}));
+        let error = error.map(|e| (e.kind(), e.message.as_str()));
+        // The process ends next: a stdout that cannot take it has nobody left to tell.
+        let _ = self.try_line(&envelope(body, code, error).to_string());
     }
 
     fn err(&self, label: &str, style: fn(&str) -> ColoredString, msg: &str) {
@@ -162,6 +189,28 @@ pub fn printable(s: &str) -> String {
                 .chain((!c.is_control()).then_some(c))
         })
         .collect()
+}
+
+/// `body` in the versioned envelope every `--json` object has: `v`, `ok`, `code`, and on a
+/// failure `error: {kind, message}` (docs/json.md; the schema is docs/dlock.schema.json).
+pub fn envelope(mut body: Value, code: i32, error: Option<(&str, &str)>) -> Value {
+    if !body.is_object() {
+        body = json!({ "result": body });
+    }
+    body["v"] = json!(1);
+    body["ok"] = json!(code == 0);
+    body["code"] = json!(code);
+    if code != 0 {
+        let (kind, message) = error.unwrap_or(("failure", ""));
+        let message = match message {
+            // A signal's exit, or a code passed on, says nothing on stderr: say what it is.
+            "" if kind == "interrupted" => format!("interrupted by signal {}", code - 128),
+            "" => format!("exit {code}"),
+            m => one_line(m),
+        };
+        body["error"] = json!({ "kind": kind, "message": message });
+    }
+    body
 }
 
 fn closed_stdout(e: io::Error) {

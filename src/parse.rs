@@ -11,7 +11,7 @@ use crate::cli::{Cli, Command};
 /// came before `--any` (then it was meant as a name, and giving both is a usage error) or
 /// after its names (then it is the command's first word).
 pub(crate) fn parse() -> std::result::Result<Cli, clap::Error> {
-    let argv: Vec<OsString> = std::env::args_os().collect();
+    let argv = help_as_flag(std::env::args_os().collect());
     // The named subcommand alone first (see `cli::one_subcommand`); whatever it does not
     // accept as it is (help, version, an alias, any error) goes to the whole tree, which
     // answers as it always has.
@@ -30,6 +30,16 @@ pub(crate) fn parse() -> std::result::Result<Cli, clap::Error> {
         };
     }
     Ok(cli)
+}
+
+/// `dlock help [CMD]...` as `dlock [CMD]... --help`, as git and cargo take it: clap's own
+/// `help` subcommand is off (it would give `shards` one too), so the word is read here.
+fn help_as_flag(mut argv: Vec<OsString>) -> Vec<OsString> {
+    if argv.get(1).is_some_and(|a| a == "help") {
+        argv.remove(1);
+        argv.push("--help".into());
+    }
+    argv
 }
 
 /// The command line parsed with only its subcommand built, or None to ask the whole tree.

@@ -18,7 +18,8 @@ pub async fn run(args: ExtendArgs, ctx: &Ctx) -> Result<i32> {
             return Err(Error::failure(format!(
                 "that token does not hold {}: it expired, was released, or belongs to another lease",
                 args.name
-            )));
+            ))
+            .with_kind("not_holder"));
         }
         Err(e) => return Err(engine_error(e)),
     }

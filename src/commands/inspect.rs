@@ -65,15 +65,21 @@ pub fn merge(states: &[&LockState], need: usize) -> Merged {
 
 /// The owner as people name machines: user@host pid N.
 pub fn who(h: &Holder) -> String {
-    let m = &h.meta;
-    // Metadata another process wrote: shown escaped, never raw.
-    let s = |k: &str| printable(m.get(k).and_then(|v| v.as_str()).unwrap_or("?"));
-    format!(
-        "{}@{} pid {}",
-        s("user"),
-        s("host"),
-        m.get("pid").map_or("?".into(), |p| p.to_string())
-    )
+    crate::meta::who(&h.meta)
+}
+
+/// The holders for `--json`, each with the pid of the process that holds and whether it still
+/// runs (null: another host's).
+fn holders_json(holders: &[QuorumHolder]) -> Vec<serde_json::Value> {
+    holders
+        .iter()
+        .map(|q| {
+            let mut v = json!(q);
+            v["pid"] = json!(crate::meta::holder_pid(&q.holder.meta));
+            v["alive"] = json!(crate::meta::alive(&q.holder.meta));
+            v
+        })
+        .collect()
 }
 
 pub fn expires(ms: u64) -> String {
@@ -153,7 +159,7 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
             "name": args.name,
             "namespace": ctx.namespace,
             "held": !merged.holders.is_empty(),
-            "holders": merged.holders,
+            "holders": holders_json(&merged.holders),
             "waiters": merged.waiters,
             "fence": merged.fence,
             "previous": merged.previous,

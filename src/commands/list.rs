@@ -93,47 +93,81 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
     if rows.is_empty() {
         return Ok(0);
     }
-    let width = rows
-        .iter()
-        .map(|(_, n, _)| n.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
     // The shard column only when there are shards: a plain table stays as scripts know it.
-    let shard = |s: String| {
-        if sharded {
-            format!("{s:>5}  ")
-        } else {
-            String::new()
-        }
-    };
-    ctx.out.line(&format!(
-        "{:width$}  {}{:<9}  {:>7}  {:>6}  {:>9}  OWNER",
-        "NAME",
-        shard("SHARD".into()),
-        "MODE",
-        "HOLDERS",
-        "FENCE",
-        "EXPIRES"
-    ));
+    let mut head = vec![
+        "NAME", "SHARD", "MODE", "HOLDERS", "FENCE", "EXPIRES", "OWNER",
+    ];
+    if !sharded {
+        head.remove(1);
+    }
+    let mut table = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
     // The reason and the CI job follow the owner, each only when the holder gave one.
     for (i, name, m) in rows {
         let first = &m.holders[0].holder;
-        ctx.out.line(&format!(
-            "{name:width$}  {}{:<9}  {:>7}  {:>6}  {:>9}  {}",
-            shard((i + 1).to_string()),
+        let left = m.holders.iter().map(|q| q.holder.ttl_left_ms).max();
+        let mut row = vec![
+            name,
+            (i + 1).to_string(),
             first.mode.to_string(),
-            m.holders.len(),
-            m.fence,
-            expires(
-                m.holders
-                    .iter()
-                    .map(|q| q.holder.ttl_left_ms)
-                    .max()
-                    .unwrap_or(0)
-            ),
-            who(first) + &why(&first.meta)
-        ));
+            m.holders.len().to_string(),
+            m.fence.to_string(),
+            expires(left.unwrap_or(0)),
+            who(first) + &why(&first.meta),
+        ];
+        if !sharded {
+            row.remove(1);
+        }
+        table.push(row);
+    }
+    for line in aligned(&table, &head) {
+        ctx.out.line(&line);
     }
     Ok(0)
+}
+
+/// The table's lines, each column as wide as its widest cell (fences grow to 15 digits and
+/// more): text columns to the left, numbers to the right, the last column unpadded.
+fn aligned(table: &[Vec<String>], head: &[&str]) -> Vec<String> {
+    let widths: Vec<usize> = (0..head.len())
+        .map(|c| {
+            table
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let last = head.len() - 1;
+    table
+        .iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(c, cell)| match head[c] {
+                    _ if c == last => cell.clone(),
+                    "NAME" | "MODE" => format!("{cell:<w$}", w = widths[c]),
+                    _ => format!("{cell:>w$}", w = widths[c]),
+                })
+                .collect();
+            cells.join("  ")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn columns_line_up_whatever_their_width() {
+        let head = ["NAME", "MODE", "FENCE", "OWNER"];
+        let row = |n: &str, f: &str| vec![n.into(), "shared".into(), f.into(), "@h".into()];
+        let table = vec![
+            head.iter().map(|h| h.to_string()).collect(),
+            row("a", "7"),
+            row("longer-name", "217880068246000"),
+        ];
+        let lines = super::aligned(&table, &head);
+        let at = |l: &str| l.find('@').or_else(|| l.find("OWNER")).unwrap();
+        assert!(lines.iter().all(|l| at(l) == at(&lines[0])), "{lines:#?}");
+    }
 }

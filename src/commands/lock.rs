@@ -51,6 +51,7 @@ fn print_token(ctx: &Ctx, lease: &Lease) -> std::io::Result<()> {
     let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
     if ctx.out.json {
         let mut v = json!({
+            "acquired": true,
             "token": req.token,
             "previous": previous(lease),
             "previous_exit": previous(lease).exit(),

@@ -186,7 +186,7 @@ pub async fn acquire_any(
         Err(Stop::Signal(sig)) => {
             waiting.finish(Outcome::Interrupted);
             withdraw(None).await;
-            return Err(Error::new(ExitCode::Raw(128 + sig), ""));
+            return Err(Error::interrupted(sig));
         }
     };
     if r.is_ok() {
@@ -265,7 +265,7 @@ pub async fn acquire_any(
                 ),
                 _ => format!("{busy} {by}; not acquired"),
             };
-            Error::new(code, msg)
+            Error::new(code, msg).with_kind("not_acquired")
         }
         // A store's own timeout is per request, and a failed attempt also cleans up after
         // itself: say how long it all took, so the message names a true time.
@@ -284,13 +284,30 @@ pub async fn acquire_any(
 pub(crate) fn trust_clock() -> Result<()> {
     let skew = crate::sys::clock_skew();
     if skew > Duration::from_millis(500) {
-        return Err(Error::failure(format!(
-            "this process's monotonic clock is {} away from the kernel's (a preloaded \
-             libfaketime?); dlock will not time leases on it: run dlock without it",
-            humantime::format_duration(Duration::from_millis(skew.as_millis() as u64))
-        )));
+        // As set up, this process can never time a lease: EX_CONFIG, not a plain failure.
+        return Err(Error::new(
+            ExitCode::Config,
+            format!(
+                "this process's monotonic clock is {} away from the kernel's (a preloaded \
+                 libfaketime?), so dlock will not time leases on it: run dlock without it and \
+                 fake the job's clock instead, e.g. `dlock run NAME -- faketime ... ./job`",
+                plain_distance(skew)
+            ),
+        ));
     }
     Ok(())
+}
+
+/// A long distance in one plain unit a person reads at a glance: `3 days`, `5 hours`.
+fn plain_distance(d: Duration) -> String {
+    let s = d.as_secs();
+    let (n, unit) = match s {
+        0..120 => (s, "second"),
+        120..7200 => (s / 60, "minute"),
+        7200..172_800 => (s / 3600, "hour"),
+        _ => (s / 86_400, "day"),
+    };
+    format!("about {n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
 /// The pinned exit code for an engine outcome.

@@ -7,7 +7,7 @@ use super::Ctx;
 use super::{acquire_any, holder_request, mode};
 use crate::cli::RunArgs;
 use crate::events::Events;
-use crate::exit::{Error, ExitCode, Result};
+use crate::exit::{Error, Result};
 use crate::names;
 use crate::store::Acquire;
 use crate::supervisor::signals::{STOPPING, Signals};
@@ -98,7 +98,7 @@ async fn jitter(ctx: &Ctx, most: Duration) -> Result<()> {
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     tokio::select! {
         _ = tokio::time::sleep(pause) => Ok(()),
-        sig = signals.recv() => Err(Error::new(ExitCode::Raw(128 + sig), "")),
+        sig = signals.recv() => Err(Error::interrupted(sig)),
     }
 }
 

@@ -37,7 +37,7 @@ async fn adopt(ctx: &Ctx) -> Result<i32> {
             "adopted": true,
             "fingerprint": fp,
             "shards": shards.all().iter().map(|s| &s.label).collect::<Vec<_>>(),
-            "stores": written,
+            "stores_written": written,
         }));
     } else {
         ctx.out.notice(&format!(

@@ -34,7 +34,7 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
         Ok(r) => r,
         Err(sig) => {
             waiting.finish(Outcome::Interrupted);
-            return Err(Error::new(ExitCode::Raw(128 + sig), ""));
+            return Err(Error::interrupted(sig));
         }
     };
     let waited = start.elapsed();
@@ -84,5 +84,5 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
         ),
         _ => format!("{} is held{by}", args.name),
     };
-    Err(Error::new(code, msg))
+    Err(Error::new(code, msg).with_kind("not_acquired"))
 }

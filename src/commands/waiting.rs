@@ -251,13 +251,11 @@ impl<'a> Waiting<'a> {
         let first = seen.holders.first()?;
         let h = &first.holder;
         let m = &h.meta;
-        let f = |k: &str| printable(meta::field(m, k).unwrap_or("?"));
-        let pid = m.get("pid").map_or("?".into(), |p| p.to_string());
         let mut line = match names.len() {
             1 => String::new(),
             _ => format!("{} ", printable(&seen.name)),
         };
-        line.push_str(&format!("by {}@{} pid {pid}", f("user"), f("host")));
+        line.push_str(&format!("by {}", meta::who(m)));
         if let Some(cmd) = meta::field(m, "command") {
             line.push_str(&format!(" ({})", printable(cmd)));
         }
@@ -286,7 +284,8 @@ impl<'a> Waiting<'a> {
             "fence": h.fence,
             "user": meta::field(m, "user"),
             "host": meta::field(m, "host"),
-            "pid": m.get("pid"),
+            "pid": meta::holder_pid(m),
+            "alive": meta::alive(m),
             "command": meta::field(m, "command"),
             "held_for_ms": meta::held_for(m).map(|d| d.as_millis() as u64),
             "expires_in_ms": h.ttl_left_ms,
@@ -328,13 +327,7 @@ impl<'a> Waiting<'a> {
         let mut why = String::new();
         if let Some(first) = seen.holders.first() {
             let m = &first.holder.meta;
-            let s = |k: &str| printable(meta::field(m, k).unwrap_or("?"));
-            line.push_str(&format!(
-                ": held by {}@{} pid {}",
-                s("user"),
-                s("host"),
-                m.get("pid").map_or("?".into(), |p| p.to_string())
-            ));
+            line.push_str(&format!(": held by {}", meta::who(m)));
             if let Some(cmd) = meta::field(m, "command") {
                 let mut cmd = printable(cmd);
                 if cmd.chars().count() > 40 {

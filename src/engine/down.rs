@@ -10,6 +10,8 @@ use crate::store::{
 pub(super) struct Down {
     pub(super) desc: String,
     pub(super) error: StoreError,
+    /// A file store: its failure to open is this host's answer, not a silence.
+    pub(super) local: bool,
 }
 
 impl Down {
@@ -22,6 +24,9 @@ impl Down {
 impl Store for Down {
     fn describe(&self) -> &str {
         &self.desc
+    }
+    fn local(&self) -> bool {
+        self.local
     }
     async fn try_acquire(&self, _: &Acquire, _: bool) -> StoreResult<Attempt> {
         self.err()

@@ -129,6 +129,7 @@ impl Engine {
                 Err(e) if e.kind() == ErrorKind::Invalid => Err(e.context(url)),
                 Err(error) => Ok(Arc::new(Down {
                     desc: url.to_string(),
+                    local: matches!(url, crate::store::url::StoreUrl::File { .. }),
                     error,
                 }) as Arc<dyn Store>),
             }
@@ -475,7 +476,9 @@ impl Engine {
             && self.known() < self.majority()
             && errors
                 .iter()
-                .all(|(_, e)| e.kind() == ErrorKind::Unavailable);
+                .all(|(_, e)| e.kind() == ErrorKind::Unavailable)
+            // A local file store's error is its answer: nothing was left unheard.
+            && !errors.iter().all(|(i, _)| self.stores[*i].local());
         let errors = errors
             .into_iter()
             .map(|(i, e)| match self.reach.down_since(i) {

@@ -101,6 +101,10 @@ impl Store for FaultyStore {
         self.inner.describe()
     }
 
+    fn local(&self) -> bool {
+        self.inner.local()
+    }
+
     async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
         self.call(Op::Acquire, self.inner.try_acquire(req, queue))
             .await

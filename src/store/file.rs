@@ -405,6 +405,10 @@ impl Store for FileStore {
         &self.0.desc
     }
 
+    fn local(&self) -> bool {
+        true
+    }
+
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.record_shard_list(tag, write).await
     }

@@ -673,6 +673,12 @@ pub trait Store: Send + Sync {
         false
     }
 
+    /// Whether the store is this host's own file system, with no network in between: its
+    /// failures (a full disk, a read-only mount) are answers, never a silence to wait out.
+    fn local(&self) -> bool {
+        false
+    }
+
     /// Hints for `inspect` about how this store is set up (e.g. missing persistence).
     async fn warnings(&self) -> Vec<String> {
         Vec::new()

@@ -136,8 +136,16 @@ impl fmt::Display for StoreUrl {
     }
 }
 
-const SCHEMES: &str = "file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, \
-     postgres://, mysql://";
+/// Every scheme a store URL may start with: the one list, for messages and for `--help`.
+#[macro_export]
+macro_rules! store_schemes {
+    () => {
+        "file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, \
+         zk://, postgres://, postgresql://, mysql://, mariadb://"
+    };
+}
+
+const SCHEMES: &str = store_schemes!();
 
 /// Parse one store URL. Errors are one line that says what is wrong and shows the right form.
 pub fn parse(input: &str) -> Result<StoreUrl, String> {
@@ -382,6 +390,33 @@ fn redact_raw(input: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_listed_scheme_parses_and_no_other_does() {
+        for scheme in super::SCHEMES.split(", ") {
+            let url = match scheme {
+                "file://" => "file:///tmp".to_string(),
+                s => format!("{s}h:1/db"),
+            };
+            let url = url.replace(
+                "h:1/db",
+                if scheme.starts_with("zk")
+                    || scheme.starts_with("etcd")
+                    || scheme.contains("cluster")
+                {
+                    "h:1"
+                } else {
+                    "h:1/1"
+                },
+            );
+            assert!(
+                super::parse(&url).is_ok(),
+                "{url}: {:?}",
+                super::parse(&url)
+            );
+        }
+        assert!(super::parse("memcached://h:1").is_err());
+    }
+
     use super::*;
 
     fn no_env(_: &str) -> Option<String> {

@@ -118,6 +118,8 @@ pub async fn supervise_with(
             return Err(e);
         }
     };
+    // The command owns stdout now: under --json, dlock prints no object of its own.
+    out.hand_stdout_over();
     if let Some(t) = &terminal {
         t.give(job.pgid);
     }
@@ -161,6 +163,9 @@ struct Supervised<'a> {
     pushed: Instant,
     term_sent: bool,
     kill_sent: bool,
+    /// The user suspended the job (Ctrl-Z) at least once: a lease that ran out meanwhile
+    /// ran out because of that, not because dlock failed.
+    suspended: bool,
     lost: Option<String>,
     /// Once the store has said the lease is gone: when the SIGKILL is due. Someone else may
     /// be inside already, so the kill grace runs from that answer, not from the old deadline;
@@ -217,6 +222,7 @@ impl<'a> Supervised<'a> {
             renewer_done: false,
             term_sent: false,
             kill_sent: false,
+            suspended: false,
             lost: None,
             gone_kill_at: None,
             stop_at: limits.max_runtime.map(|d| started + d),
@@ -470,6 +476,7 @@ impl<'a> Supervised<'a> {
             self.pushed = deadline;
             self.dog.push(deadline);
         }
+        self.suspended = true;
         // The command resumes when the shell continues dlock (the SIGCONT branch of `watch`).
         job::suspend_self(terminal);
     }

@@ -42,11 +42,19 @@ impl Supervised<'_> {
             // dlock could not act in time (it was stopped or starved) and the watchdog
             // stopped the command at the deadline: the lease is gone as surely as if we had
             // seen it go.
-            let why = format!(
-                "the lease on {} ran out while dlock could not renew it (was dlock stopped?); \
-                 the watchdog stopped the command",
-                self.names()
-            );
+            let why = match self.suspended {
+                // Ctrl-Z stopped dlock with the job: the user's pause outlived the lease.
+                true => format!(
+                    "the lease on {} ran out while the job was suspended (Ctrl-Z); the \
+                     watchdog stopped the command then",
+                    self.names()
+                ),
+                false => format!(
+                    "the lease on {} ran out while dlock could not renew it (was dlock \
+                     stopped?); the watchdog stopped the command",
+                    self.names()
+                ),
+            };
             self.out.error(&why);
             self.lost_event(&why);
             self.lost = Some(why);

@@ -204,7 +204,7 @@ pub(crate) fn not_run(command: &[OsString], e: std::io::Error) -> Error {
     // The user's word, escaped: it must not reach the terminal raw.
     let shown = format!("{:?}", command[0].to_string_lossy());
     // The shell's conventions: 127 not found, 126 found but not runnable.
-    match e.kind() {
+    let e = match e.kind() {
         std::io::ErrorKind::NotFound => {
             Error::new(ExitCode::Raw(127), format!("{shown}: command not found"))
         }
@@ -212,5 +212,6 @@ pub(crate) fn not_run(command: &[OsString], e: std::io::Error) -> Error {
             Error::new(ExitCode::Raw(126), format!("{shown}: permission denied"))
         }
         _ => Error::new(ExitCode::Raw(126), format!("cannot run {shown}: {e}")),
-    }
+    };
+    e.with_kind("not_run")
 }

@@ -467,7 +467,29 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
     // Ports nothing listens on: the SQL stores say "connection refused", once.
     let pg_refused = format!("postgres://127.0.0.1:{}/db", free_port());
     let my_refused = format!("mysql://127.0.0.1:{}/db", free_port());
+    // A file store that cannot make its namespace's directory (a file is in the way): a local
+    // error, answered at once, never a network's silence.
+    let blocked = env.path("blocked");
+    std::fs::create_dir_all(&blocked).unwrap();
+    std::fs::write(blocked.join("default"), "").unwrap();
+    let blocked = format!("file://{}", blocked.display());
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec!["--namespace", "", "lock", "x"],
+            64,
+            "the namespace is empty; give e.g. team-a (or leave --namespace out for the default)",
+        ),
+        // A namespace has no `/`: its message names only the rules it has.
+        (
+            vec!["--namespace", "..", "lock", "x"],
+            64,
+            r#"the namespace ".." may not start with . or -; "#,
+        ),
+        (
+            vec!["--store", &blocked, "lock", "x"],
+            69,
+            "/default: File exists (os error 17); gave up after",
+        ),
         (
             vec!["run", "x", "--max-runtme", "1s", "--", "true"],
             64,

@@ -114,3 +114,39 @@ fn the_readme_cron_recipes_work_under_crons_path() {
     assert!(lines >= 2, "no crontab lines found in the README");
     assert!(readme.contains("cargo install --locked --path . --root /usr/local"));
 }
+
+/// The man pages name every store (NAME line) and keep each option's placeholder in the
+/// SYNOPSIS (`[--store URL]`, not `[--store]`); `--help` lists every store URL scheme.
+#[test]
+fn man_pages_name_every_store_and_keep_their_placeholders() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/dlock.1")).unwrap();
+    assert!(
+        page.contains("Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB"),
+        "{page}"
+    );
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/dlock-lock.1")).unwrap();
+    for placeholder in [
+        r"[\fB\-\-store\fR \fIURL\fR]",
+        r"[\fB\-\-ttl\fR \fIDUR\fR]",
+        r"[\fB\-w\fR|\fB\-\-wait\fR \fIDUR\fR]",
+    ] {
+        assert!(lock.contains(placeholder), "{placeholder} missing: {lock}");
+    }
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).replace(char::is_whitespace, "");
+    for scheme in [
+        "file://",
+        "rediss+cluster://",
+        "etcds://",
+        "zk://",
+        "postgresql://",
+        "mariadb://",
+    ] {
+        assert!(help.contains(scheme), "{scheme} missing from --help");
+    }
+}

@@ -75,3 +75,61 @@ fn no_wait_says_who_holds_the_lock() {
     signal(pid, libc::SIGTERM);
     let _ = wait_child(&mut h, Duration::from_secs(20));
 }
+
+/// `T=$(dlock lock x)`: the lock is held by the script that asked for it, not by the `dlock
+/// lock` process that has already exited. `inspect` and the busy message show the script's
+/// pid and command, and, once the script is gone, that it exited (its lease may be stale).
+#[test]
+fn a_lock_is_shown_by_the_script_that_holds_it() {
+    let env = Env::file();
+    let dlock = env!("CARGO_BIN_EXE_dlock");
+    let (pidfile, gate) = (env.path("pid"), env.path("gate"));
+    let script = format!(
+        "T=$({dlock} lock x --ttl 5m); echo $$ > {p}; i=0; \
+         while [ ! -e {g} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        p = pidfile.display(),
+        g = gate.display()
+    );
+    let mut c = env.shell(&script);
+    let mut script = c.spawn().unwrap();
+    assert!(wait_for(Duration::from_secs(20), || read(&pidfile)
+        .trim()
+        .parse::<u32>()
+        .is_ok()));
+    let pid: u32 = read(&pidfile).trim().parse().unwrap();
+    let h = &env.inspect("x")["holders"][0];
+    assert_eq!(h["pid"], pid, "{h}");
+    assert_eq!(h["alive"], true, "{h}");
+    assert!(
+        h["meta"]["command"]
+            .as_str()
+            .unwrap()
+            .contains("lock x --ttl 5m"),
+        "{h}"
+    );
+    let o = env.run(&["lock", "x", "-n"]);
+    assert!(
+        stderr(&o).contains(&format!("pid {pid} (sh -c ")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("(exited)"), "{}", stderr(&o));
+
+    std::fs::write(&gate, "").unwrap();
+    let _ = wait_child(&mut script, Duration::from_secs(20));
+    let h = &env.inspect("x")["holders"][0];
+    assert_eq!(h["pid"], pid, "{h}");
+    assert_eq!(h["alive"], false, "{h}");
+    let o = env.run(&["inspect", "x"]);
+    assert!(
+        stdout(&o).contains(&format!("pid {pid} (exited)")),
+        "{}",
+        stdout(&o)
+    );
+    let o = env.run(&["lock", "x", "-n"]);
+    assert!(
+        stderr(&o).contains(&format!("pid {pid} (exited)")),
+        "{}",
+        stderr(&o)
+    );
+}

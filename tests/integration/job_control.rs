@@ -201,4 +201,11 @@ fn a_job_suspended_past_its_lease_is_stopped_before_the_next_holder_enters() {
         t.screen()
     );
     assert_eq!(ticks(&env), stopped_at, "the job ran after its lease");
+    // The user's pause is named as the cause, not a guess that dlock was stopped.
+    let screen = t.screen();
+    assert!(
+        screen.contains("while the job was suspended (Ctrl-Z)"),
+        "{screen}"
+    );
+    assert!(!screen.contains("was dlock stopped?"), "{screen}");
 }

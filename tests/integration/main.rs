@@ -25,6 +25,7 @@ mod holder;
 mod hygiene;
 mod job_control;
 mod job_life;
+mod json_contract;
 mod lost_grant;
 mod lost_messages;
 mod mixed;

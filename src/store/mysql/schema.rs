@@ -246,13 +246,14 @@ pub fn retryable(e: &Error) -> bool {
 }
 
 /// What creating the tables failing means: without the right, the one line says what an
-/// administrator must run (docs/mysql.md has the whole setup).
+/// administrator must run (docs/mysql.md, installed as /usr/share/doc/dlock/mysql.md, has
+/// the whole setup).
 pub fn setup_error(e: Error, prefix: &str, user: &str, db: &str) -> StoreError {
     if code(&e) == Some(ER_TABLEACCESS_DENIED) {
         return StoreError::refused(format!(
             "refused: user {user:?} may not create dlock's tables; have an administrator run \
              `GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON {db}.* TO '{user}'@'%';` or create \
-             the {prefix}_* tables (see docs/mysql.md)"
+             the {prefix}_* tables (see /usr/share/doc/dlock/mysql.md)"
         ))
         .with_source(e);
     }
@@ -271,7 +272,7 @@ pub fn classify(e: Error) -> StoreError {
             ER_DBACCESS_DENIED | ER_TABLEACCESS_DENIED | ER_SPECIFIC_ACCESS_DENIED => {
                 StoreError::refused(format!(
                     "refused: {} (the user needs SELECT, INSERT, UPDATE and DELETE on dlock's \
-                     tables; see docs/mysql.md)",
+                     tables; see /usr/share/doc/dlock/mysql.md)",
                     s.message
                 ))
             }

@@ -166,13 +166,14 @@ pub fn retryable(e: &tokio_postgres::Error) -> bool {
 }
 
 /// What creating the tables failing means: without the right, the one line says what an
-/// administrator must run (docs/postgres.md has the whole setup).
+/// administrator must run (docs/postgres.md, installed as /usr/share/doc/dlock/postgres.md, has
+/// the whole setup).
 pub fn setup_error(e: tokio_postgres::Error, schema: &str, user: &str) -> StoreError {
     if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
         return StoreError::refused(format!(
             "refused: user {user:?} may not create dlock's tables; have an administrator run \
              `CREATE SCHEMA {schema} AUTHORIZATION \"{user}\";` (or name a schema it owns with \
-             ?schema=; see docs/postgres.md)"
+             ?schema=; see /usr/share/doc/dlock/postgres.md)"
         ))
         .with_source(e);
     }
@@ -194,7 +195,7 @@ pub fn classify(e: tokio_postgres::Error) -> StoreError {
         }
         Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => StoreError::refused(format!(
             "refused: {} (the user needs SELECT, INSERT, UPDATE and DELETE on dlock's tables; \
-             see docs/postgres.md)",
+             see /usr/share/doc/dlock/postgres.md)",
             db_message(&e)
         )),
         Some(c) if *c == SqlState::INVALID_CATALOG_NAME => StoreError::invalid(format!(
