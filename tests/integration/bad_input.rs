@@ -488,7 +488,7 @@ fn messages_name_the_problem_and_escape_what_the_user_typed() {
         (
             vec!["--store", &blocked, "lock", "x"],
             69,
-            "/default: File exists (os error 17); gave up after",
+            "/default/.lock: Not a directory (os error 20); gave up after",
         ),
         (
             vec!["run", "x", "--max-runtme", "1s", "--", "true"],
