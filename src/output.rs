@@ -10,6 +10,7 @@ use colored::{ColoredString, Colorize};
 use crate::cli::ColorWhen;
 use crate::sys;
 
+#[derive(Clone)]
 pub struct Output {
     pub json: bool,
     color_out: bool,

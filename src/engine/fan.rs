@@ -1,0 +1,154 @@
+//! Calling every store at once, and deciding on the answers of a majority, never on the
+//! slowest member (issue 41).
+//!
+//! A store that accepts requests and never answers (SIGSTOP, a paused VM, a network path that
+//! drops packets) would cost every call the whole store timeout. Each call says when the
+//! answers in hand decide it (`decided`); stragglers then get only a `Linger` more. A
+//! straggler's answer is lost, never its effect: a request it already received is applied
+//! when it answers again (a grant there is one the lease's renewals and release cover, on a
+//! minority of stores, or that its ttl ends), and the engine gives back in the background
+//! what it asked of it (`Engine::withdraw_on`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::{Instant, timeout};
+
+use super::{Engine, name_store};
+use crate::store::{ErrorKind, Store, StoreError, StoreResult};
+
+/// How long stragglers get once the answers in hand decide a call.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Linger {
+    /// Not at all: the decision is made (a grant attempt, a renewal).
+    No,
+    /// A fixed moment: a live store a little behind the others still gets the request
+    /// answered (a release, so it is not left holding the lease until its ttl).
+    For(Duration),
+    /// As long again as the deciding answers took, and at least `PACE_MIN`: what a read
+    /// shows of a live store at the others' pace is its own answer, not "no answer yet".
+    Pace,
+}
+
+/// The least a read waits for stragglers once a majority answered.
+const PACE_MIN: Duration = Duration::from_millis(10);
+
+impl Linger {
+    fn after(self, took: Duration) -> Duration {
+        match self {
+            Linger::No => Duration::ZERO,
+            Linger::For(d) => d,
+            Linger::Pace => took.max(PACE_MIN),
+        }
+    }
+}
+
+/// What a store that was not waited for answers in its place.
+pub(super) fn not_waited_for() -> StoreError {
+    StoreError::unavailable("no answer yet (a majority answered first)")
+}
+
+impl Engine {
+    /// Call every store of `idx` at once, each bounded by the per-store timeout, and wait for
+    /// all of them; errors name the store.
+    pub(super) async fn fan_out<'a, T, F, Fut>(
+        &'a self,
+        idx: &[usize],
+        f: F,
+    ) -> Vec<(usize, StoreResult<T>)>
+    where
+        F: Fn(&'a dyn Store) -> Fut,
+        Fut: Future<Output = StoreResult<T>> + 'a,
+    {
+        self.fan_out_until(idx, f, |_| false, Linger::No).await
+    }
+
+    /// Like `fan_out`, but once `decided` holds for the answers so far, stragglers get only
+    /// `linger` more; the ones cut off answer `not_waited_for` and are marked slow (`-v`
+    /// names each once).
+    pub(super) async fn fan_out_until<'a, T, F, Fut>(
+        &'a self,
+        idx: &[usize],
+        f: F,
+        decided: impl Fn(&[(usize, StoreResult<T>)]) -> bool,
+        linger: Linger,
+    ) -> Vec<(usize, StoreResult<T>)>
+    where
+        F: Fn(&'a dyn Store) -> Fut,
+        Fut: Future<Output = StoreResult<T>> + 'a,
+    {
+        let limit = self.store_timeout;
+        let reach = &self.reach;
+        let t0 = Instant::now();
+        let mut pending: FuturesUnordered<_> = idx
+            .iter()
+            .map(|&i| {
+                let s = self.stores[i].as_ref();
+                let call = f(s);
+                async move {
+                    let r = match timeout(limit, call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(StoreError::unavailable(format!(
+                            "no answer within {} (raise --store-timeout if the store is slow)",
+                            humantime::format_duration(limit)
+                        ))),
+                    };
+                    let r = r.map_err(|e| name_store(s, e));
+                    match &r {
+                        Ok(_) => reach.answered(i),
+                        Err(e) => reach.failed(i, e),
+                    }
+                    (i, r)
+                }
+            })
+            .collect();
+        let mut out = Vec::with_capacity(idx.len());
+        let mut cutoff: Option<Instant> = None;
+        loop {
+            let next = match cutoff {
+                None => pending.next().await,
+                Some(c) => match tokio::time::timeout_at(c, pending.next()).await {
+                    Ok(n) => n,
+                    Err(_) => break,
+                },
+            };
+            let Some(answer) = next else { break };
+            out.push(answer);
+            if cutoff.is_none() && decided(&out) {
+                let now = Instant::now();
+                cutoff = Some(now + linger.after(now - t0));
+            }
+        }
+        for &i in idx {
+            if !out.iter().any(|(j, _)| *j == i) {
+                let s = self.stores[i].as_ref();
+                self.reach.cut_off(i, s.describe());
+                out.push((i, Err(name_store(s, not_waited_for()))));
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out
+    }
+}
+
+/// For an owner-checked call (renew, release, extend): decided once a majority said yes, or
+/// so many said no (or that the lease is gone) that a majority can no longer say yes.
+pub(super) fn owner_decided(done: &[(usize, StoreResult<bool>)], need: usize, n: usize) -> bool {
+    let yes = done.iter().filter(|(_, r)| matches!(r, Ok(true))).count();
+    let no = done
+        .iter()
+        .filter(|(_, r)| match r {
+            Ok(false) => true,
+            Err(e) => e.kind() == ErrorKind::LeaseGone,
+            Ok(true) => false,
+        })
+        .count();
+    yes >= need || no > n - need
+}
+
+/// For a read or a call whose every answer counts alike: decided once a majority answered.
+pub(super) fn majority_answered<T>(done: &[(usize, StoreResult<T>)], need: usize) -> bool {
+    done.iter().filter(|(_, r)| r.is_ok()).count() >= need
+}
