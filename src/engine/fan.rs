@@ -12,8 +12,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::time::{Instant, timeout};
 
 use super::{Engine, name_store};
@@ -22,24 +22,25 @@ use crate::store::{ErrorKind, Store, StoreError, StoreResult};
 /// How long stragglers get once the answers in hand decide a call.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Linger {
-    /// Not at all: the decision is made (a grant attempt, a renewal).
+    /// Not at all: the decision is made (a grant attempt, a renewal). Answers already in
+    /// hand are still taken.
     No,
-    /// A fixed moment: a live store a little behind the others still gets the request
-    /// answered (a release, so it is not left holding the lease until its ttl).
-    For(Duration),
+    /// One turn of the runtime, which takes in the answers already on the wire: a live
+    /// store a little behind the others is still heard (a release, an extension), where a
+    /// timer would cost every call with a slow member a millisecond or two.
+    Yield,
     /// As long again as the deciding answers took, and at least `PACE_MIN`: what a read
     /// shows of a live store at the others' pace is its own answer, not "no answer yet".
     Pace,
 }
 
-/// The least a read waits for stragglers once a majority answered.
-const PACE_MIN: Duration = Duration::from_millis(10);
+/// The least a read waits for stragglers once a majority answered: a timer's granularity.
+const PACE_MIN: Duration = Duration::from_millis(1);
 
 impl Linger {
     fn after(self, took: Duration) -> Duration {
         match self {
-            Linger::No => Duration::ZERO,
-            Linger::For(d) => d,
+            Linger::No | Linger::Yield => Duration::ZERO,
             Linger::Pace => took.max(PACE_MIN),
         }
     }
@@ -118,7 +119,18 @@ impl Engine {
             out.push(answer);
             if cutoff.is_none() && decided(&out) {
                 let now = Instant::now();
-                cutoff = Some(now + linger.after(now - t0));
+                let more = linger.after(now - t0);
+                if more.is_zero() {
+                    // A timer, even one already due, would cost a tick of the clock.
+                    if matches!(linger, Linger::Yield) {
+                        tokio::task::yield_now().await;
+                    }
+                    while let Some(Some(answer)) = pending.next().now_or_never() {
+                        out.push(answer);
+                    }
+                    break;
+                }
+                cutoff = Some(now + more);
             }
         }
         for &i in idx {

@@ -35,10 +35,6 @@ use crate::store::{
     Store, StoreError, StoreResult, StoreUrl, TagWrite,
 };
 
-/// How long a release waits for stragglers once a majority has released: long enough for a
-/// live store a little behind the others, so it is not left holding the lease until its ttl.
-const RELEASE_LINGER: Duration = Duration::from_millis(1);
-
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("not acquired: the lock is held by someone else")]
@@ -614,7 +610,7 @@ impl Engine {
                 &self.all(),
                 |s| s.renew(names, token, ttl),
                 |done| owner_decided(done, need, n),
-                Linger::For(RELEASE_LINGER),
+                Linger::Yield,
             )
             .await,
         )
@@ -629,7 +625,7 @@ impl Engine {
                 &self.all(),
                 |s| s.release(names, token, outcome),
                 |done| owner_decided(done, need, n),
-                Linger::For(RELEASE_LINGER),
+                Linger::Yield,
             )
             .await,
         )
@@ -642,7 +638,7 @@ impl Engine {
                 &self.all(),
                 |s| s.force_release(names),
                 |done| majority_answered(done, need),
-                Linger::For(RELEASE_LINGER),
+                Linger::Yield,
             )
             .await,
         )
@@ -686,7 +682,7 @@ impl Engine {
             &self.all(),
             |s| s.shard_list(tag, write),
             |done| majority_answered(done, need),
-            Linger::Pace,
+            Linger::No,
         )
         .await
         .into_iter()

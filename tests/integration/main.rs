@@ -26,6 +26,7 @@ mod job_control;
 mod job_life;
 mod lost_grant;
 mod lost_messages;
+mod minority;
 mod mixed;
 mod modes;
 mod multilock;
