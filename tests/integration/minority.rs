@@ -117,6 +117,12 @@ fn one_frozen_member_costs_nothing(n: usize) {
     }
     let healthy: Vec<Duration> = healthy.into_iter().map(least).collect();
     let slow: Vec<Duration> = slow.into_iter().map(least).collect();
+    for (((cmd, within), h), s) in COMMANDS.iter().zip(&healthy).zip(&slow) {
+        assert!(
+            s.as_secs_f64() <= h.as_secs_f64() * within,
+            "{cmd} with 1 of {n} frozen took {s:?}, healthy {h:?} (all: {slow:?} vs {healthy:?})"
+        );
+    }
     // -v names the slow member, once.
     frozen.pause();
     let o = dlock(&env, &["-v", "run", "job", "--", "true"]);
@@ -124,12 +130,6 @@ fn one_frozen_member_costs_nothing(n: usize) {
     assert_code(&o, 0);
     let said = format!("{}: slow: a majority answered", frozen.url());
     assert_eq!(stderr(&o).matches(&said).count(), 1, "{}", stderr(&o));
-    for (((cmd, within), h), s) in COMMANDS.iter().zip(&healthy).zip(&slow) {
-        assert!(
-            s.as_secs_f64() <= h.as_secs_f64() * within,
-            "{cmd} with 1 of {n} frozen took {s:?}, healthy {h:?} (all: {slow:?} vs {healthy:?})"
-        );
-    }
     assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
     // The member answers again, with whatever it was sent while frozen: still one holder.
     let (token, fence) = lock(&env, "job");
