@@ -7,17 +7,25 @@
 //! straggler's answer is lost, never its effect: a request it already received is applied
 //! when it answers again (a grant there is one the lease's renewals and release cover, on a
 //! minority of stores, or that its ttl ends), and the engine gives back in the background
-//! what it asked of it (`Engine::withdraw_on`).
+//! what it asked of it (`Engine::give_back_later`).
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::future::{BoxFuture, Shared};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::time::{Instant, timeout};
 
 use super::{Engine, name_store};
-use crate::store::{ErrorKind, Store, StoreError, StoreResult};
+use crate::store::{ErrorKind, Outcome, Store, StoreError, StoreResult};
+
+/// The give-backs still on their way to one store, sent in the background (the last of a
+/// chain). Every later call to that store waits for them first: a give-back of an attempt
+/// must never land after the next attempt of the same token, whose grant it would take away
+/// (the checker saw two holders when it did).
+pub(super) type Behind = Mutex<Option<Shared<BoxFuture<'static, ()>>>>;
 
 /// How long stragglers get once the answers in hand decide a call.
 #[derive(Clone, Copy, Debug)]
@@ -88,7 +96,15 @@ impl Engine {
             .map(|&i| {
                 let s = self.stores[i].as_ref();
                 let call = f(s);
+                // Taken now, before any later give-back: only the ones sent before this call.
+                let before = self.behind(i);
                 async move {
+                    let call = async move {
+                        if let Some(b) = before {
+                            b.await;
+                        }
+                        call.await
+                    };
                     let r = match timeout(limit, call).await {
                         Ok(r) => r,
                         Err(_) => Err(StoreError::unavailable(format!(
@@ -142,6 +158,35 @@ impl Engine {
         }
         out.sort_by_key(|(i, _)| *i);
         out
+    }
+}
+
+impl Engine {
+    fn behind(&self, i: usize) -> Option<Shared<BoxFuture<'static, ()>>> {
+        self.behind[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Give back an attempt on store `i` in the background (it was found slow: a call was
+    /// just decided without it), after whatever was sent it so before; if this process ends
+    /// first, the lease's ttl ends it there.
+    pub(super) fn give_back_later(&self, i: usize, names: &[String], token: &str) {
+        let mut slot = self.behind[i].lock().unwrap_or_else(|p| p.into_inner());
+        let before = slot.take();
+        let (s, limit) = (self.stores[i].clone(), self.store_timeout);
+        let (names, token) = (names.to_vec(), token.to_string());
+        let give_back = async move {
+            if let Some(b) = before {
+                b.await;
+            }
+            let _ = timeout(limit, s.release(&names, &token, Outcome::Withdrawn)).await;
+        }
+        .boxed()
+        .shared();
+        tokio::spawn(give_back.clone());
+        *slot = Some(give_back);
     }
 }
 

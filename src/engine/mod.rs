@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::select_all;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
 use fan::{Linger, majority_answered, owner_decided};
 
@@ -106,6 +106,8 @@ pub struct Engine {
     store_timeout: Duration,
     /// Which stores have answered this process, and which are unreachable now.
     reach: Reach,
+    /// Per store, the give-backs sent it in the background (see `fan::Behind`).
+    behind: Vec<fan::Behind>,
 }
 
 impl Engine {
@@ -123,6 +125,7 @@ impl Engine {
     pub fn from_stores(stores: Vec<Arc<dyn Store>>, store_timeout: Duration) -> Engine {
         Engine {
             reach: Reach::new(stores.len()),
+            behind: stores.iter().map(|_| fan::Behind::default()).collect(),
             stores,
             store_timeout,
         }
@@ -428,16 +431,12 @@ impl Engine {
     /// given up): no job ran under it, so each store keeps its record of the last holder's
     /// end as it was (`Outcome::Withdrawn`).
     /// A store found slow (a call was just decided without it) is not waited for: it is
-    /// given back in the background, and if this process ends first, its ttl ends it.
+    /// given back in the background (`give_back_later`).
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
         let (slow, live): (Vec<usize>, Vec<usize>) =
             idx.iter().partition(|&&i| self.reach.is_slow(i));
         for i in slow {
-            let (s, names, token) = (self.stores[i].clone(), req.names.clone(), req.token.clone());
-            let limit = self.store_timeout;
-            tokio::spawn(async move {
-                let _ = timeout(limit, s.release(&names, &token, Outcome::Withdrawn)).await;
-            });
+            self.give_back_later(i, &req.names, &req.token);
         }
         self.fan_out(&live, |s| {
             s.release(&req.names, &req.token, Outcome::Withdrawn)
