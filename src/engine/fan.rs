@@ -162,6 +162,23 @@ impl Engine {
 }
 
 impl Engine {
+    /// Every store, decided once a majority answered (a read, or a call whose every answer
+    /// counts alike).
+    pub(super) async fn fan_out_majority<'a, T, F, Fut>(
+        &'a self,
+        f: F,
+        linger: Linger,
+    ) -> Vec<(usize, StoreResult<T>)>
+    where
+        F: Fn(&'a dyn Store) -> Fut,
+        Fut: Future<Output = StoreResult<T>> + 'a,
+    {
+        let need = self.majority();
+        let all: Vec<usize> = (0..self.stores.len()).collect();
+        self.fan_out_until(&all, f, |done| majority_answered(done, need), linger)
+            .await
+    }
+
     fn behind(&self, i: usize) -> Option<Shared<BoxFuture<'static, ()>>> {
         self.behind[i]
             .lock()
@@ -205,7 +222,7 @@ pub(super) fn owner_decided(done: &[(usize, StoreResult<bool>)], need: usize, n:
     yes >= need || no > n - need
 }
 
-/// For a read or a call whose every answer counts alike: decided once a majority answered.
-pub(super) fn majority_answered<T>(done: &[(usize, StoreResult<T>)], need: usize) -> bool {
+/// Decided once a majority answered.
+fn majority_answered<T>(done: &[(usize, StoreResult<T>)], need: usize) -> bool {
     done.iter().filter(|(_, r)| r.is_ok()).count() >= need
 }

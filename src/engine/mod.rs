@@ -25,7 +25,7 @@ use std::time::Duration;
 use futures_util::future::select_all;
 use tokio::time::{Instant, sleep};
 
-use fan::{Linger, majority_answered, owner_decided};
+use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
@@ -447,17 +447,11 @@ impl Engine {
     /// Listen on every store; the listeners of a majority are enough (any live store tells
     /// of a release, and a missed one costs a bounded poll).
     async fn listen_all(&self, req: &Acquire) -> Vec<Box<dyn Listener>> {
-        let need = self.majority();
-        self.fan_out_until(
-            &self.all(),
-            |s| s.listen(req),
-            |done| majority_answered(done, need),
-            Linger::Pace,
-        )
-        .await
-        .into_iter()
-        .filter_map(|(_, r)| r.ok())
-        .collect()
+        self.fan_out_majority(|s| s.listen(req), Linger::Pace)
+            .await
+            .into_iter()
+            .filter_map(|(_, r)| r.ok())
+            .collect()
     }
 
     /// Until `name` is free on a majority of stores (no live holder of any mode), without
@@ -631,15 +625,9 @@ impl Engine {
     }
 
     pub async fn force_release(&self, names: &[String]) -> Tally {
-        let need = self.majority();
         self.tally(
-            self.fan_out_until(
-                &self.all(),
-                |s| s.force_release(names),
-                |done| majority_answered(done, need),
-                Linger::Yield,
-            )
-            .await,
+            self.fan_out_majority(|s| s.force_release(names), Linger::Yield)
+                .await,
         )
     }
 
@@ -647,15 +635,12 @@ impl Engine {
     /// read inside the same bounded fan-out: a store that stops answering after it connected
     /// shows as unreachable instead of holding the whole command up.
     pub async fn inspect(&self, name: &str) -> Vec<(String, StoreResult<LockState>, Vec<String>)> {
-        let need = self.majority();
         let states = self
-            .fan_out_until(
-                &self.all(),
+            .fan_out_majority(
                 |s| async move {
                     let (st, w) = futures_util::join!(s.inspect(name), s.warnings());
                     st.map(|st| (st, w))
                 },
-                |done| majority_answered(done, need),
                 Linger::Pace,
             )
             .await;
@@ -676,31 +661,19 @@ impl Engine {
     /// majorities (see `crate::shard::record`), and a store that does not answer in time is
     /// left out either way.
     pub async fn shard_lists(&self, tag: &str, write: TagWrite) -> Vec<StoreResult<String>> {
-        let need = self.majority();
-        self.fan_out_until(
-            &self.all(),
-            |s| s.shard_list(tag, write),
-            |done| majority_answered(done, need),
-            Linger::No,
-        )
-        .await
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect()
+        self.fan_out_majority(|s| s.shard_list(tag, write), Linger::No)
+            .await
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
     }
 
     pub async fn list(&self, prefix: &str) -> Vec<(String, StoreResult<Vec<LockState>>)> {
-        let need = self.majority();
-        self.fan_out_until(
-            &self.all(),
-            |s| s.list(prefix),
-            |done| majority_answered(done, need),
-            Linger::Pace,
-        )
-        .await
-        .into_iter()
-        .map(|(i, r)| (self.stores[i].describe().to_string(), r))
-        .collect()
+        self.fan_out_majority(|s| s.list(prefix), Linger::Pace)
+            .await
+            .into_iter()
+            .map(|(i, r)| (self.stores[i].describe().to_string(), r))
+            .collect()
     }
 
     /// Decide an owner-checked operation's outcome from its tally: done by a majority, or by

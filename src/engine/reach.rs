@@ -42,12 +42,15 @@ pub struct Outage {
     pub error: StoreError,
 }
 
+/// Who is told of a store by its description (`-v`).
+pub(super) type Tell = Box<dyn Fn(&str) + Send + Sync>;
+
 pub(super) struct Reach {
     stores: Vec<Mutex<State>>,
     /// Bumped whenever a store goes away or comes back.
     changed: watch::Sender<u64>,
     /// Told the first time each store is cut off as slow (`-v`).
-    on_slow: OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
+    on_slow: OnceLock<Tell>,
 }
 
 impl Reach {
@@ -117,7 +120,7 @@ impl Reach {
     }
 
     /// Who to tell when a store is first found slow.
-    pub(super) fn on_slow(&self, tell: Box<dyn Fn(&str) + Send + Sync>) {
+    pub(super) fn on_slow(&self, tell: Tell) {
         let _ = self.on_slow.set(tell);
     }
 
