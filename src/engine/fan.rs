@@ -88,38 +88,10 @@ impl Engine {
         F: Fn(&'a dyn Store) -> Fut,
         Fut: Future<Output = StoreResult<T>> + 'a,
     {
-        let limit = self.store_timeout;
-        let reach = &self.reach;
         let t0 = Instant::now();
         let mut pending: FuturesUnordered<_> = idx
             .iter()
-            .map(|&i| {
-                let s = self.stores[i].as_ref();
-                let call = f(s);
-                // Taken now, before any later give-back: only the ones sent before this call.
-                let before = self.behind(i);
-                async move {
-                    let call = async move {
-                        if let Some(b) = before {
-                            b.await;
-                        }
-                        call.await
-                    };
-                    let r = match timeout(limit, call).await {
-                        Ok(r) => r,
-                        Err(_) => Err(StoreError::unavailable(format!(
-                            "no answer within {} (raise --store-timeout if the store is slow)",
-                            humantime::format_duration(limit)
-                        ))),
-                    };
-                    let r = r.map_err(|e| name_store(s, e));
-                    match &r {
-                        Ok(_) => reach.answered(i),
-                        Err(e) => reach.failed(i, e),
-                    }
-                    (i, r)
-                }
-            })
+            .map(|&i| self.call_one(i, f(self.stores[i].as_ref())))
             .collect();
         let mut out = Vec::with_capacity(idx.len());
         let mut cutoff: Option<Instant> = None;
@@ -162,6 +134,51 @@ impl Engine {
 }
 
 impl Engine {
+    /// One store's call, bounded by the store timeout, after the give-backs sent it before
+    /// (taken now: only those); its error names the store, and `reach` hears how it went.
+    fn call_one<'a, T>(
+        &'a self,
+        i: usize,
+        call: impl Future<Output = StoreResult<T>> + 'a,
+    ) -> impl Future<Output = (usize, StoreResult<T>)> + 'a {
+        let (s, limit, reach) = (self.stores[i].as_ref(), self.store_timeout, &self.reach);
+        let before = self.behind(i);
+        async move {
+            let call = async move {
+                if let Some(b) = before {
+                    b.await;
+                }
+                call.await
+            };
+            let r = match timeout(limit, call).await {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::unavailable(format!(
+                    "no answer within {} (raise --store-timeout if the store is slow)",
+                    humantime::format_duration(limit)
+                ))),
+            };
+            let r = r.map_err(|e| name_store(s, e));
+            match &r {
+                Ok(_) => reach.answered(i),
+                Err(e) => reach.failed(i, e),
+            }
+            (i, r)
+        }
+    }
+
+    /// Every store for an owner-checked call (renew by token, release): decided by
+    /// `owner_decided`, then one turn for the answers already on the wire.
+    pub(super) async fn fan_out_owner<'a, F, Fut>(&'a self, f: F) -> Vec<(usize, StoreResult<bool>)>
+    where
+        F: Fn(&'a dyn Store) -> Fut,
+        Fut: Future<Output = StoreResult<bool>> + 'a,
+    {
+        let (need, n) = (self.majority(), self.stores.len());
+        let all: Vec<usize> = (0..n).collect();
+        self.fan_out_until(&all, f, |done| owner_decided(done, need, n), Linger::Yield)
+            .await
+    }
+
     /// Every store, decided once a majority answered (a read, or a call whose every answer
     /// counts alike).
     pub(super) async fn fan_out_majority<'a, T, F, Fut>(

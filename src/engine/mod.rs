@@ -597,30 +597,15 @@ impl Engine {
 
     /// Owner-checked renewal by token, from a process that does not hold the `Lease` (`extend`).
     pub async fn extend(&self, names: &[String], token: &str, ttl: Duration) -> Tally {
-        let (need, n) = (self.majority(), self.stores.len());
-        self.tally(
-            self.fan_out_until(
-                &self.all(),
-                |s| s.renew(names, token, ttl),
-                |done| owner_decided(done, need, n),
-                Linger::Yield,
-            )
-            .await,
-        )
+        self.tally(self.fan_out_owner(|s| s.renew(names, token, ttl)).await)
     }
 
     /// Owner-checked release on every store (also those where the lease was not granted: a
     /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
-        let (need, n) = (self.majority(), self.stores.len());
         self.tally(
-            self.fan_out_until(
-                &self.all(),
-                |s| s.release(names, token, outcome),
-                |done| owner_decided(done, need, n),
-                Linger::Yield,
-            )
-            .await,
+            self.fan_out_owner(|s| s.release(names, token, outcome))
+                .await,
         )
     }
 
