@@ -184,6 +184,17 @@ async fn dispatch(cli: Cli, out: Output) -> (Output, Result<i32>) {
         Ok(s) => s,
         Err(e) => return (out, Err(e)),
     };
+    if out.verbose() {
+        for shard in shards.all() {
+            let out = out.clone();
+            shard.engine.on_slow(move |store| {
+                out.debug(&format!(
+                    "{}: slow: a majority answered without it, so it is not waited for",
+                    crate::output::printable(store)
+                ));
+            });
+        }
+    }
     let ctx = Ctx {
         shards: std::sync::Arc::new(shards),
         namespace: cli.global.namespace.clone(),

@@ -3,8 +3,9 @@
 //! Colour only on a terminal (or `--color always`) and never with `NO_COLOR`. A closed stdout
 //! (`dlock list | head`) ends the program quietly instead of panicking.
 
-use std::cell::{Cell, RefCell};
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use colored::{ColoredString, Colorize};
 use serde_json::{Value, json};
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 use crate::cli::ColorWhen;
 use crate::sys;
 
+#[derive(Clone)]
 pub struct Output {
     pub json: bool,
     color_out: bool,
@@ -20,9 +22,11 @@ pub struct Output {
     verbosity: i8,
     err_tty: bool,
     /// Under `--json`, the command's result object, printed with the exit code at the end.
-    result: RefCell<Option<serde_json::Value>>,
+    /// Shared by the clones (one process has one stdout), some of which a store's callback
+    /// holds on another thread.
+    result: Arc<Mutex<Option<serde_json::Value>>>,
     /// Stdout already has its one object, or belongs to the command `run` started.
-    stdout_taken: Cell<bool>,
+    stdout_taken: Arc<AtomicBool>,
 }
 
 fn wants_color(when: ColorWhen, fd: i32) -> bool {
@@ -46,8 +50,8 @@ impl Output {
             color_err: wants_color(color, 2),
             verbosity: if quiet { -1 } else { verbose.min(3) as i8 },
             err_tty: sys::is_terminal(2),
-            result: RefCell::new(None),
-            stdout_taken: Cell::new(false),
+            result: Arc::new(Mutex::new(None)),
+            stdout_taken: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -79,19 +83,19 @@ impl Output {
     /// The command's result under `--json`: printed once, at the end, inside the versioned
     /// envelope with the exit code (see `finish` and docs/json.md).
     pub fn json_value(&self, value: &serde_json::Value) {
-        *self.result.borrow_mut() = Some(value.clone());
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(value.clone());
     }
 
     /// A successful result printed at once and written through, as `try_line`: for one that
     /// must not be lost unnoticed (`lock`'s token).
     pub fn try_json_value(&self, value: &serde_json::Value) -> io::Result<()> {
-        self.stdout_taken.set(true);
+        self.stdout_taken.store(true, Ordering::Relaxed);
         self.try_line(&envelope(value.clone(), 0, None).to_string())
     }
 
     /// The command `run` started owns stdout from now on: dlock prints no object of its own.
     pub fn hand_stdout_over(&self) {
-        self.stdout_taken.set(true);
+        self.stdout_taken.store(true, Ordering::Relaxed);
     }
 
     /// The end of the command: under `--json`, its one object on stdout (unless already
@@ -100,10 +104,15 @@ impl Output {
         if let Some(e) = error.filter(|e| !e.message.is_empty()) {
             self.error(&e.message);
         }
-        if !self.json || self.stdout_taken.get() {
+        if !self.json || self.stdout_taken.load(Ordering::Relaxed) {
             return;
         }
-        let body = self.result.borrow_mut().take().unwrap_or_else(|| json!({}));
+        let body = self
+            .result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| json!({}));
         let error = error.map(|e| (e.kind(), e.message.as_str()));
         // The process ends next: a stdout that cannot take it has nobody left to tell.
         let _ = self.try_line(&envelope(body, code, error).to_string());

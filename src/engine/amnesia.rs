@@ -36,14 +36,18 @@ pub(super) struct Verdict {
 }
 
 /// Whether the answers so far decide the attempt, so stragglers may be cut off: a majority
-/// granted by members that all remember. A grant from a member without its marker waits for
-/// every answer, since a slow member may be the one that remembers a live holder.
+/// granted by members that all remember, or a majority busy (the rule never turns a busy
+/// answer into a grant, so the rest cannot make a majority). A grant from a member without
+/// its marker waits for every answer, since a slow member may be the one that remembers a
+/// live holder: only then do the answers in hand leave the vote open.
 pub(super) fn decided(done: &[Answer], need: usize) -> bool {
     let sure = |r: &StoreResult<(Attempt, Vec<Recall>)>| match r {
         Ok((Attempt::Granted(_), recall)) => recall.iter().all(|r| r.marked),
         _ => false,
     };
+    let busy = |r: &StoreResult<(Attempt, Vec<Recall>)>| matches!(r, Ok((Attempt::Busy { .. }, _)));
     done.iter().filter(|(_, r)| sure(r)).count() >= need
+        || done.iter().filter(|(_, r)| busy(r)).count() >= need
 }
 
 /// Apply the rule to every answer of one attempt: grants of members that forgot while another

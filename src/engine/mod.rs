@@ -7,7 +7,9 @@
 
 mod amnesia;
 mod down;
+mod fan;
 pub mod fence;
+mod late;
 mod open;
 mod reach;
 pub mod timing;
@@ -17,27 +19,21 @@ mod amnesia_tests;
 #[cfg(test)]
 mod tests;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use futures_util::future::{join_all, select_all};
-use futures_util::stream::FuturesUnordered;
-use tokio::time::{Instant, sleep, timeout};
+use futures_util::future::select_all;
+use tokio::time::{Instant, sleep};
 
-use down::Down;
+use fan::{Linger, owner_decided};
+
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
 
 use crate::store::{
     self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Outcome, Previous,
-    Store, StoreError, StoreResult, StoreUrl,
+    Store, StoreError, StoreResult, StoreUrl, TagWrite,
 };
-
-/// How long a release waits for stragglers once a majority has released: long enough for a
-/// live store a little behind the others, so it is not left holding the lease until its ttl.
-const RELEASE_LINGER: Duration = Duration::from_millis(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -110,39 +106,26 @@ pub struct Engine {
     store_timeout: Duration,
     /// Which stores have answered this process, and which are unreachable now.
     reach: Reach,
+    /// Per store, the give-backs sent it in the background (see `fan::Behind`).
+    behind: Vec<fan::Behind>,
 }
 
 impl Engine {
-    /// Connect to every store in parallel. A store that cannot be reached stays in the list as
-    /// one that errors on every call, so a quorum survives a minority being down.
-    /// A URL that asks for something its store cannot do fails the whole open (a usage error).
+    /// Connect to every store in parallel, waiting for a majority rather than the slowest
+    /// (see `open::all`).
     pub async fn open(
         urls: &[StoreUrl],
         namespace: &str,
         store_timeout: Duration,
     ) -> Result<Engine, StoreError> {
-        let opening = &open::Opening::new(urls.len());
-        let stores = join_all(urls.iter().map(|url| async move {
-            let opened = open::within(url, namespace, store_timeout, opening).await;
-            match opened {
-                Ok(s) => Ok(s),
-                Err(e) if e.kind() == ErrorKind::Invalid => Err(e.context(url)),
-                Err(error) => Ok(Arc::new(Down {
-                    desc: url.to_string(),
-                    local: matches!(url, crate::store::url::StoreUrl::File { .. }),
-                    error,
-                }) as Arc<dyn Store>),
-            }
-        }))
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
+        let stores = open::all(urls, namespace, store_timeout).await?;
         Ok(Engine::from_stores(stores, store_timeout))
     }
 
     pub fn from_stores(stores: Vec<Arc<dyn Store>>, store_timeout: Duration) -> Engine {
         Engine {
             reach: Reach::new(stores.len()),
+            behind: stores.iter().map(|_| fan::Behind::default()).collect(),
             stores,
             store_timeout,
         }
@@ -167,86 +150,15 @@ impl Engine {
         self.store_timeout
     }
 
+    /// Who to tell, once per store, that a store was found slow: a call was decided by the
+    /// others' answers before it answered (`-v`).
+    pub fn on_slow(&self, tell: impl Fn(&str) + Send + Sync + 'static) {
+        self.reach.on_slow(Box::new(tell));
+    }
+
     /// N/2 + 1: two majorities always share a store.
     pub fn majority(&self) -> usize {
         self.stores.len() / 2 + 1
-    }
-
-    /// Call every store at once, each bounded by the per-store timeout; errors name the store.
-    async fn fan_out<'a, T, F, Fut>(&'a self, idx: &[usize], f: F) -> Vec<(usize, StoreResult<T>)>
-    where
-        F: Fn(&'a dyn Store) -> Fut,
-        Fut: Future<Output = StoreResult<T>> + 'a,
-    {
-        self.fan_out_until(idx, f, |_| false, Duration::ZERO).await
-    }
-
-    /// Like `fan_out`, but once `decided` holds for the answers so far, stragglers get only
-    /// `linger` more: a stopped store then costs nothing once a majority has answered, instead
-    /// of the whole store timeout. A straggler's answer is lost, never its effect: a grant it
-    /// makes later is one the lease's renewals and release cover, on a minority of stores.
-    async fn fan_out_until<'a, T, F, Fut>(
-        &'a self,
-        idx: &[usize],
-        f: F,
-        decided: impl Fn(&[(usize, StoreResult<T>)]) -> bool,
-        linger: Duration,
-    ) -> Vec<(usize, StoreResult<T>)>
-    where
-        F: Fn(&'a dyn Store) -> Fut,
-        Fut: Future<Output = StoreResult<T>> + 'a,
-    {
-        let limit = self.store_timeout;
-        let reach = &self.reach;
-        let mut pending: FuturesUnordered<_> = idx
-            .iter()
-            .map(|&i| {
-                let s = self.stores[i].as_ref();
-                let call = f(s);
-                async move {
-                    let r = match timeout(limit, call).await {
-                        Ok(r) => r,
-                        Err(_) => Err(StoreError::unavailable(format!(
-                            "no answer within {} (raise --store-timeout if the store is slow)",
-                            humantime::format_duration(limit)
-                        ))),
-                    };
-                    let r = r.map_err(|e| name_store(s, e));
-                    match &r {
-                        Ok(_) => reach.answered(i),
-                        Err(e) => reach.failed(i, e),
-                    }
-                    (i, r)
-                }
-            })
-            .collect();
-        let mut out = Vec::with_capacity(idx.len());
-        let mut cutoff: Option<Instant> = None;
-        loop {
-            let next = match cutoff {
-                None => pending.next().await,
-                Some(c) => match tokio::time::timeout_at(c, pending.next()).await {
-                    Ok(n) => n,
-                    Err(_) => break,
-                },
-            };
-            let Some(answer) = next else { break };
-            out.push(answer);
-            if cutoff.is_none() && decided(&out) {
-                cutoff = Some(Instant::now() + linger);
-            }
-        }
-        for &i in idx {
-            if !out.iter().any(|(j, _)| *j == i) {
-                let s = self.stores[i].as_ref();
-                out.push((
-                    i,
-                    Err(name_store(s, StoreError::unavailable("no answer yet"))),
-                ));
-            }
-        }
-        out.sort_by_key(|(i, _)| *i);
-        out
     }
 
     fn all(&self) -> Vec<usize> {
@@ -284,7 +196,7 @@ impl Engine {
                     &self.all(),
                     |s| s.attempt(req, queued),
                     |done| amnesia::decided(done, need),
-                    Duration::ZERO,
+                    Linger::No,
                 )
                 .await;
             // Members that lost their data while others remember a live lease abstain.
@@ -362,14 +274,12 @@ impl Engine {
             // A store that came back lost what it was telling us on the old connection:
             // listen again, on all, before the next attempt.
             if back && listeners.is_some() {
-                let opened = self.fan_out(&self.all(), |s| s.listen(req)).await;
-                listeners = Some(opened.into_iter().filter_map(|(_, r)| r.ok()).collect());
+                listeners = Some(self.listen_all(req).await);
                 continue;
             }
             let Some(ls) = listeners.as_mut() else {
                 // Listen before the next (queued) attempt, so no release slips between them.
-                let opened = self.fan_out(&self.all(), |s| s.listen(req)).await;
-                listeners = Some(opened.into_iter().filter_map(|(_, r)| r.ok()).collect());
+                listeners = Some(self.listen_all(req).await);
                 continue;
             };
             let mut pause = retry_after.map_or(MAX_POLL, |r| r.min(MAX_POLL));
@@ -522,11 +432,28 @@ impl Engine {
     /// Give back an attempt that did not become a lease (too few grants, granted too late,
     /// given up): no job ran under it, so each store keeps its record of the last holder's
     /// end as it was (`Outcome::Withdrawn`).
+    /// A store found slow (a call was just decided without it) is not waited for: it is
+    /// given back in the background (`give_back_later`).
     async fn release_on(&self, idx: &[usize], req: &Acquire) {
-        self.fan_out(idx, |s| {
+        let (slow, live): (Vec<usize>, Vec<usize>) =
+            idx.iter().partition(|&&i| self.reach.is_slow(i));
+        for i in slow {
+            self.give_back_later(i, &req.names, &req.token);
+        }
+        self.fan_out(&live, |s| {
             s.release(&req.names, &req.token, Outcome::Withdrawn)
         })
         .await;
+    }
+
+    /// Listen on every store; the listeners of a majority are enough (any live store tells
+    /// of a release, and a missed one costs a bounded poll).
+    async fn listen_all(&self, req: &Acquire) -> Vec<Box<dyn Listener>> {
+        self.fan_out_majority(|s| s.listen(req), Linger::Pace)
+            .await
+            .into_iter()
+            .filter_map(|(_, r)| r.ok())
+            .collect()
     }
 
     /// Until `name` is free on a majority of stores (no live holder of any mode), without
@@ -555,7 +482,14 @@ impl Engine {
         let mut erred: Vec<usize> = Vec::new();
         let mut rode_out = false;
         loop {
-            let results = self.fan_out(&self.all(), |s| s.inspect(name)).await;
+            let results = self
+                .fan_out_until(
+                    &self.all(),
+                    |s| s.inspect(name),
+                    |done| free_decided(done, need),
+                    Linger::No,
+                )
+                .await;
             let (mut free, mut held, mut errors) = (0, 0, Vec::new());
             let mut retry_after: Option<Duration> = None;
             for (i, r) in results {
@@ -599,8 +533,7 @@ impl Engine {
             }
             let Some(ls) = listeners.as_mut() else {
                 // Listen before reading again, so no release slips between the two.
-                let opened = self.fan_out(&self.all(), |s| s.listen(&probe)).await;
-                listeners = Some(opened.into_iter().filter_map(|(_, r)| r.ok()).collect());
+                listeners = Some(self.listen_all(&probe).await);
                 continue;
             };
             let mut pause = retry_after.map_or(MAX_POLL, |r| r.min(MAX_POLL));
@@ -621,13 +554,13 @@ impl Engine {
             ));
         }
         let req = &lease.req;
-        let need = self.majority();
+        let (need, n) = (self.majority(), self.stores.len());
         let answers = self
             .fan_out_until(
                 &self.all(),
                 |s| s.renew(&req.names, &req.token, req.ttl),
-                |done| yes(done) >= need,
-                Duration::ZERO,
+                |done| owner_decided(done, need, n),
+                Linger::No,
             )
             .await;
         let tally = self.tally(answers);
@@ -666,29 +599,23 @@ impl Engine {
 
     /// Owner-checked renewal by token, from a process that does not hold the `Lease` (`extend`).
     pub async fn extend(&self, names: &[String], token: &str, ttl: Duration) -> Tally {
-        self.tally(
-            self.fan_out(&self.all(), |s| s.renew(names, token, ttl))
-                .await,
-        )
+        self.tally(self.fan_out_owner(|s| s.renew(names, token, ttl)).await)
     }
 
     /// Owner-checked release on every store (also those where the lease was not granted: a
     /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
-        let need = self.majority();
         self.tally(
-            self.fan_out_until(
-                &self.all(),
-                |s| s.release(names, token, outcome),
-                |done| yes(done) >= need,
-                RELEASE_LINGER,
-            )
-            .await,
+            self.fan_out_owner(|s| s.release(names, token, outcome))
+                .await,
         )
     }
 
     pub async fn force_release(&self, names: &[String]) -> Tally {
-        self.tally(self.fan_out(&self.all(), |s| s.force_release(names)).await)
+        self.tally(
+            self.fan_out_majority(|s| s.force_release(names), Linger::Yield)
+                .await,
+        )
     }
 
     /// What each store knows of `name`, in store order, with setup warnings. The warnings are
@@ -696,10 +623,13 @@ impl Engine {
     /// shows as unreachable instead of holding the whole command up.
     pub async fn inspect(&self, name: &str) -> Vec<(String, StoreResult<LockState>, Vec<String>)> {
         let states = self
-            .fan_out(&self.all(), |s| async move {
-                let (st, w) = futures_util::join!(s.inspect(name), s.warnings());
-                st.map(|st| (st, w))
-            })
+            .fan_out_majority(
+                |s| async move {
+                    let (st, w) = futures_util::join!(s.inspect(name), s.warnings());
+                    st.map(|st| (st, w))
+                },
+                Linger::Pace,
+            )
             .await;
         states
             .into_iter()
@@ -713,8 +643,20 @@ impl Engine {
             .collect()
     }
 
+    /// Every store's shard-list record (`Store::shard_list`), written as `write` says, in
+    /// store order. A majority's answers are enough: the records are only ever judged by
+    /// majorities (see `crate::shard::record`), and a store that does not answer in time is
+    /// left out either way.
+    pub async fn shard_lists(&self, tag: &str, write: TagWrite) -> Vec<StoreResult<String>> {
+        self.fan_out_majority(|s| s.shard_list(tag, write), Linger::No)
+            .await
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
+    }
+
     pub async fn list(&self, prefix: &str) -> Vec<(String, StoreResult<Vec<LockState>>)> {
-        self.fan_out(&self.all(), |s| s.list(prefix))
+        self.fan_out_majority(|s| s.list(prefix), Linger::Pace)
             .await
             .into_iter()
             .map(|(i, r)| (self.stores[i].describe().to_string(), r))
@@ -788,8 +730,18 @@ fn gone_message(why: &[String], no: usize, n: usize) -> String {
     }
 }
 
-fn yes(done: &[(usize, StoreResult<bool>)]) -> usize {
-    done.iter().filter(|(_, r)| matches!(r, Ok(true))).count()
+/// For `wait_free`'s reads: decided once a majority says the name is free, or a majority
+/// says it is held (the rest cannot make it free).
+fn free_decided(done: &[(usize, StoreResult<LockState>)], need: usize) -> bool {
+    let free = done
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_ok_and(|st| st.holders.is_empty()))
+        .count();
+    let held = done
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_ok_and(|st| !st.holders.is_empty()))
+        .count();
+    free >= need || held >= need
 }
 
 fn name_store(s: &dyn Store, e: StoreError) -> StoreError {

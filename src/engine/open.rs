@@ -1,16 +1,93 @@
 //! Opening a store when the process starts: a server that refuses the connection (one
 //! restarting at this moment) is dialled again within the store timeout, unless a majority of
-//! the engine's other stores opened without it.
+//! the engine's other stores opened without it. The engine waits for a majority, never for
+//! the slowest: a store still opening then goes on opening in the background (`Late`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use futures_util::future::select_all;
+use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep};
 
+use super::down::Down;
+use super::late::{Late, Opened};
 use super::timing;
 use crate::store::{self, ErrorKind, Store, StoreError, StoreUrl};
+
+/// Open every store at once and answer once each has opened or failed, or a majority has
+/// opened: a store that accepts the connection and never answers then costs nothing, and its
+/// open goes on in the background. A store that could not be opened stays in the list as one
+/// that errors on every call (`Down`), so a quorum survives a minority being down. A URL
+/// that asks for something its store cannot do fails the whole open (a usage error): that is
+/// found before any I/O, so it is in hand before any store can have opened.
+pub(super) async fn all(
+    urls: &[StoreUrl],
+    namespace: &str,
+    limit: Duration,
+) -> Result<Vec<Arc<dyn Store>>, StoreError> {
+    let opening = Arc::new(Opening::new(urls.len()));
+    let mut slots: Vec<watch::Receiver<Opened>> = urls
+        .iter()
+        .map(|url| {
+            let (tx, rx) = watch::channel(None);
+            let (url, namespace, opening) = (url.clone(), namespace.to_string(), opening.clone());
+            tokio::spawn(async move {
+                let opened = within(&url, &namespace, limit, &opening).await;
+                tx.send_replace(Some(opened.map_err(|e| match e.kind() {
+                    ErrorKind::Invalid => e.context(&url),
+                    _ => e,
+                })));
+            });
+            rx
+        })
+        .collect();
+    loop {
+        let states: Vec<Opened> = slots.iter().map(state).collect();
+        if let Some(Some(Err(e))) = states
+            .iter()
+            .find(|s| matches!(s, Some(Err(e)) if e.kind() == ErrorKind::Invalid))
+        {
+            return Err(e.clone());
+        }
+        let opened = states.iter().filter(|s| matches!(s, Some(Ok(_)))).count();
+        if opened >= opening.need || states.iter().all(Option::is_some) {
+            return Ok(urls
+                .iter()
+                .zip(states)
+                .zip(slots)
+                .map(|((url, state), rx)| match state {
+                    Some(Ok(s)) => s,
+                    Some(Err(error)) => Arc::new(Down {
+                        desc: url.to_string(),
+                        local: matches!(url, crate::store::url::StoreUrl::File { .. }),
+                        error,
+                    }) as Arc<dyn Store>,
+                    None => Arc::new(Late {
+                        desc: url.to_string(),
+                        opened: rx,
+                    }),
+                })
+                .collect());
+        }
+        let pending = slots
+            .iter_mut()
+            .filter(|s| state(s).is_none())
+            .map(|s| Box::pin(s.changed()));
+        let _ = select_all(pending).await;
+    }
+}
+
+/// What one open has come to; an opening task that ended without a word (it panicked) failed.
+fn state(slot: &watch::Receiver<Opened>) -> Opened {
+    match slot.borrow().clone() {
+        None if slot.has_changed().is_err() => Some(Err(StoreError::unavailable(
+            "the store's open ended without an answer",
+        ))),
+        s => s,
+    }
+}
 
 /// How many of an engine's stores opened so far, of the majority it needs.
 pub(super) struct Opening {

@@ -8,7 +8,7 @@
 //! fast and never hangs a cron job. It also tells whoever watches (the waiting line, `--events`)
 //! when a store goes away and comes back, without the engine knowing who that is.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -25,6 +25,11 @@ struct State {
     down_since: Option<Instant>,
     /// The last failure, for the line that says why.
     error: Option<StoreError>,
+    /// The last call to it was decided without its answer, which had not come (a stopped
+    /// server): give-backs do not wait for it.
+    slow: bool,
+    /// `-v` was told it is slow (once per process).
+    told_slow: bool,
 }
 
 /// A store that is unreachable now.
@@ -37,10 +42,15 @@ pub struct Outage {
     pub error: StoreError,
 }
 
+/// Who is told of a store by its description (`-v`).
+pub(super) type Tell = Box<dyn Fn(&str) + Send + Sync>;
+
 pub(super) struct Reach {
     stores: Vec<Mutex<State>>,
     /// Bumped whenever a store goes away or comes back.
     changed: watch::Sender<u64>,
+    /// Told the first time each store is cut off as slow (`-v`).
+    on_slow: OnceLock<Tell>,
 }
 
 impl Reach {
@@ -48,6 +58,7 @@ impl Reach {
         Reach {
             stores: (0..n).map(|_| Mutex::new(State::default())).collect(),
             changed: watch::Sender::new(0),
+            on_slow: OnceLock::new(),
         }
     }
 
@@ -65,6 +76,7 @@ impl Reach {
     pub(super) fn answered(&self, i: usize) {
         let back = self.with(i, |s| {
             s.error = None;
+            s.slow = false;
             s.down_since.take().is_some()
         });
         if back {
@@ -81,6 +93,7 @@ impl Reach {
         }
         let went = self.with(i, |s| {
             s.error = Some(e.clone());
+            s.slow = false;
             let went = s.down_since.is_none();
             s.down_since.get_or_insert_with(Instant::now);
             went
@@ -88,6 +101,27 @@ impl Reach {
         if went {
             self.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+
+    /// A call to store `i` was decided before it answered: it is slow until it answers.
+    pub(super) fn cut_off(&self, i: usize, desc: &str) {
+        let first = self.with(i, |s| {
+            s.slow = true;
+            !std::mem::replace(&mut s.told_slow, true)
+        });
+        if first && let Some(tell) = self.on_slow.get() {
+            tell(desc);
+        }
+    }
+
+    /// Whether the last call to store `i` was decided without its answer.
+    pub(super) fn is_slow(&self, i: usize) -> bool {
+        self.with(i, |s| s.slow)
+    }
+
+    /// Who to tell when a store is first found slow.
+    pub(super) fn on_slow(&self, tell: Tell) {
+        let _ = self.on_slow.set(tell);
     }
 
     /// Whether store `i` has served this process.

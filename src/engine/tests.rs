@@ -526,3 +526,35 @@ async fn a_late_grant_given_back_leaves_the_expiry_on_record() {
     let lease = engine.acquire(&request(TTL), Wait::No).await.expect("free");
     assert_eq!(super::previous(&lease), Previous::Expired);
 }
+
+/// A member cut off as slow gets the give-back of a failed attempt in the background; the
+/// same token's next attempt there must wait for it, or the late give-back takes away the
+/// grant the new lease counts on (the checker once saw two holders so).
+#[tokio::test(start_paused = true)]
+async fn a_give_back_in_the_background_lands_before_the_next_attempt() {
+    let m = stores();
+    let other = request(TTL);
+    granted_on(&m[0], &other).await;
+    granted_on(&m[1], &other).await;
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    faulty[2].set_for(Op::Acquire, Fault::Delay(Duration::from_millis(50)));
+    faulty[2].set_for(Op::Release, Fault::Delay(Duration::from_millis(200)));
+    let req = request(TTL);
+    // Busy on a majority: decided without m2, whose give-back goes in the background.
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(matches!(r, Err(EngineError::NotAcquired)), "{r:?}");
+    assert!(
+        m[1].release(&other.names, &other.token, Outcome::Released)
+            .await
+            .unwrap()
+    );
+    faulty[2].set_for(Op::Acquire, Fault::None);
+    // m0 is still busy: the lease needs m1 and m2.
+    let lease = engine
+        .acquire(&req, Wait::No)
+        .await
+        .expect("held on m1 and m2");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(held_on(&m, &req).await, vec![false, true, true]);
+    assert!(Instant::now() < lease.deadline);
+}

@@ -63,26 +63,26 @@ impl Shards {
         hash::store_id(&self.namespace, &self.labels())
     }
 
-    /// Read (and on first use write) every store's record, each within its store timeout.
+    /// Read (and on first use write) every store's record, each within its store timeout;
+    /// on each shard, the answers of a majority decide (see `Engine::shard_lists`).
     pub(super) async fn records(&self, write: TagWrite, tag: &str) -> Vec<Answer> {
-        let calls = self.shards.iter().enumerate().flat_map(|(i, s)| {
-            let limit = s.engine.store_timeout();
-            s.engine.stores().iter().map(move |st| async move {
-                let record = match timeout(limit, st.shard_list(tag, write)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(StoreError::unavailable(format!(
-                        "no answer within {}",
-                        humantime::format_duration(limit)
-                    ))),
-                };
-                Answer {
-                    shard: i,
-                    store: st.describe().to_string(),
-                    record,
-                }
+        let each = self.shards.iter().map(|s| s.engine.shard_lists(tag, write));
+        join_all(each)
+            .await
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, records)| {
+                let stores = self.shards[i].engine.stores();
+                records
+                    .into_iter()
+                    .zip(stores)
+                    .map(move |(record, st)| Answer {
+                        shard: i,
+                        store: st.describe().to_string(),
+                        record,
+                    })
             })
-        });
-        join_all(calls).await
+            .collect()
     }
 
     /// Whether this client may grant under its shard list (see the module's comment). A

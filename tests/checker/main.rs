@@ -16,6 +16,7 @@ mod cluster;
 mod common;
 mod contention;
 mod forget;
+mod frozen;
 mod holder_tree;
 mod lost_grant;
 mod partition;
@@ -335,8 +336,18 @@ impl Fault {
     }
 }
 
-const SETUPS: [&str; 9] = [
-    "file", "redis", "quorum3", "quorum5", "cluster", "etcd", "zk", "postgres", "mysql",
+const SETUPS: [&str; 11] = [
+    "file",
+    "redis",
+    "quorum3",
+    "quorum5",
+    "quorum3-frozen",
+    "quorum5-frozen",
+    "cluster",
+    "etcd",
+    "zk",
+    "postgres",
+    "mysql",
 ];
 
 enum Stores {
@@ -435,6 +446,13 @@ impl Setup {
                     ForgetTwo,
                     ForgetTwoSpaced,
                 ],
+                min_ttl: short,
+            },
+            // One member frozen for the whole run (see `frozen`): the holder faults only, as a
+            // store fault on another member would leave no majority.
+            "quorum3-frozen" | "quorum5-frozen" => Setup {
+                stores: Stores::Redis(redis(if name.starts_with("quorum3") { 3 } else { 5 })),
+                faults: vec![HolderKill, HolderStop, WaiterKill],
                 min_ttl: short,
             },
             // Three masters with one replica each; a master kill fails over to its replica.
@@ -1248,6 +1266,9 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     let mut setup = Setup::new(name);
     cfg.ttl = cfg.ttl.max(setup.min_ttl);
     let env = Env::with_stores(setup.urls());
+    if frozen::is_frozen(name) {
+        frozen::freeze(&setup, &env, cfg.ttl);
+    }
     let log = env.path("sections.log");
     let run = Arc::new(Run {
         env,
@@ -1336,6 +1357,11 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     watching.store(false, Ordering::SeqCst);
     watcher.join().unwrap();
     let elapsed = started.elapsed();
+    let (frozen_txt, frozen_ok) = if frozen::is_frozen(name) {
+        frozen::thaw(&setup, &run.env, run.cfg.ttl)
+    } else {
+        (String::new(), true)
+    };
 
     let (mut summary, stalls) = {
         let mut r = run.record.lock().unwrap();
@@ -1432,7 +1458,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     let line = format!(
         "setup={name} sections={} clients={} ttl={} faults={} ({}) overlaps={} \
          fence-regressions={} stuck={} left-behind={}{beyond_txt}{cuts_txt}{life_txt} max-free-ms={} \
-         median-handoff-ms={:.2} exits={} time={:.0}s{}",
+         median-handoff-ms={:.2}{frozen_txt} exits={} time={:.0}s{}",
         summary.sections,
         run.cfg.clients,
         humantime::format_duration(run.cfg.ttl),
@@ -1463,6 +1489,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         && summary.late_stops == 0
         && summary.minority_losses.unwrap_or(0) == 0
         && early.is_empty()
+        && frozen_ok
         && !stalled;
     if !ok || std::env::var_os("CHECKER_VERBOSE").is_some() {
         for d in &summary.details {

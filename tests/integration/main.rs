@@ -28,6 +28,7 @@ mod job_life;
 mod json_contract;
 mod lost_grant;
 mod lost_messages;
+mod minority;
 mod mixed;
 mod modes;
 mod multilock;
