@@ -224,6 +224,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
             [CompletionResult]::new('--store-timeout', '--store-timeout', [CompletionResultType]::ParameterName, 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]')
+            [CompletionResult]::new('--names', '--names', [CompletionResultType]::ParameterName, 'The held names alone, one a line: what shell completion offers')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print results as JSON on stdout')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')

@@ -213,6 +213,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
             cand --store-timeout 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]'
+            cand --names 'The held names alone, one a line: what shell completion offers'
             cand --json 'Print results as JSON on stdout'
             cand -v 'Say more on stderr (repeat for more)'
             cand --verbose 'Say more on stderr (repeat for more)'

@@ -174,6 +174,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -l color -d 'When to c
 always\t''
 never\t''"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l names -d 'The held names alone, one a line: what shell completion offers'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print results as JSON on stdout'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Say nothing on stderr but errors'
@@ -230,3 +231,36 @@ complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s V -l version -d 'Print version'
+
+# Written by hand (src/docs/wrap.fish), after clap's completions above:
+# - after the `--` of `run`, `run-with-lock` or `multilock`, the wrapped command's own
+#   completion, as fish does for sudo;
+# - lock names, those `dlock list --names` prints within half a second, so a store that does
+#   not answer never holds the shell up for longer.
+function __fish_dlock_wrapped
+    set -l cmd (commandline -opc)
+    contains -- (__fish_dlock_needs_command) run run-with-lock multilock
+    or return 1
+    set -l at (contains -i -- -- $cmd)
+    or return 1
+    # Called with the words after `--` (and the one being typed), fish completes that command.
+    if test "$argv[1]" = complete
+        set -l rest $cmd[(math $at + 1)..-1] (commandline -ct)
+        complete -C (string join -- ' ' (string escape -- $rest))
+    end
+end
+
+function __fish_dlock_held
+    set -l cmd (commandline -opc)
+    set -l store
+    for i in (seq 2 (count $cmd))
+        contains -- $cmd[(math $i - 1)] --store --shard --namespace
+        and set -a store $cmd[(math $i - 1)] $cmd[$i]
+        string match -q -r -- '^--(store|shard|namespace)=' $cmd[$i]
+        and set -a store $cmd[$i]
+    end
+    timeout 0.5 dlock $store list --names 2>/dev/null
+end
+
+complete -c dlock -n __fish_dlock_wrapped -f -a '(__fish_dlock_wrapped complete)'
+complete -c dlock -n 'not __fish_dlock_wrapped; and __fish_dlock_using_subcommand inspect unlock extend run run-with-lock lock wait multilock' -f -a '(__fish_dlock_held)'

@@ -387,6 +387,9 @@ pub struct ListArgs {
     /// Only names that start with this
     #[arg(value_name = "PREFIX", default_value = "", value_parser = names::parse_prefix)]
     pub prefix: String,
+    /// The held names alone, one a line: what shell completion offers
+    #[arg(long, hide = true)]
+    pub names: bool,
 }
 
 #[derive(Args, Debug)]

@@ -15,7 +15,53 @@ pub const SHELLS: [(Shell, &str); 5] = [
 pub fn completion(shell: Shell) -> Vec<u8> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut crate::cli::command(), "dlock", &mut buf);
-    buf
+    let script = String::from_utf8(buf).expect("clap_complete writes UTF-8");
+    job_aware(shell, script).into_bytes()
+}
+
+/// Clap's script with the hand-written part that knows the job: the wrapped command's own
+/// completion after `--`, lock names from `dlock list --names` (see src/docs/wrap.*). Kept
+/// here so that `completions/` stays generated in one step and checked by one test.
+fn job_aware(shell: Shell, mut script: String) -> String {
+    let wrap = match shell {
+        Shell::Bash => include_str!("docs/wrap.bash"),
+        Shell::Fish => include_str!("docs/wrap.fish"),
+        Shell::Zsh => {
+            // Ours replaces clap's dispatch, which would hand `dlock` to clap's _dlock alone.
+            if let Some(at) = script.rfind("if [ \"$funcstack[1]\" = \"_dlock\" ]") {
+                script.truncate(at);
+            }
+            include_str!("docs/wrap.zsh")
+        }
+        _ => return script,
+    };
+    script + &wrap.replace("@TAKES_VALUE@", &value_options().join(" "))
+}
+
+/// Every option of every command that takes a value (`--store`, `-w`, ...): the word after
+/// one is its value, not a lock name or a subcommand.
+fn value_options() -> Vec<String> {
+    fn walk(cmd: &clap::Command, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            if arg.is_positional() || !arg.get_action().takes_values() {
+                continue;
+            }
+            let longs = arg.get_long_and_visible_aliases().unwrap_or_default();
+            out.extend(longs.into_iter().map(|l| format!("--{l}")));
+            let shorts = arg.get_short_and_visible_aliases().unwrap_or_default();
+            out.extend(shorts.into_iter().map(|s| format!("-{s}")));
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    let mut out = Vec::new();
+    let mut cmd = crate::cli::command();
+    cmd.build();
+    walk(&cmd, &mut out);
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `dlock.1` and one `dlock-COMMAND.1` per subcommand.

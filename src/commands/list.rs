@@ -69,6 +69,12 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
     }
     rows.sort_by(|a, b| a.1.cmp(&b.1));
     let sharded = ctx.shards.is_sharded();
+    if args.names {
+        for (_, name, _) in &rows {
+            ctx.out.line(name);
+        }
+        return Ok(0);
+    }
     if ctx.out.json {
         let locks: Vec<_> = rows
             .iter()

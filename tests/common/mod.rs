@@ -10,6 +10,7 @@ pub mod pgbouncer;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod terminal;
 pub mod zk;
 
 use std::io::Read;

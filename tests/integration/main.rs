@@ -9,6 +9,7 @@ mod any;
 mod bad_input;
 mod checker_bounds;
 mod cli;
+mod completion;
 mod conformance;
 mod cron;
 mod default_store;
