@@ -357,3 +357,33 @@ fn doctor_warns_when_the_store_is_nearly_full() {
         "{out}"
     );
 }
+
+/// A local file error is this host's answer, said as one line with its cause: a full file
+/// system and a read-only one each fail with 69, never with the network's "no answer since
+/// dlock started, so not waited for".
+#[test]
+fn a_full_or_read_only_file_system_is_said_plainly() {
+    let env = Env::file();
+    let full = env.path("full");
+    let _full = Mount::new(&full, &["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs"]);
+    let url = format!("file://{}/s", full.display());
+    assert_code(&dlock(&url, &["lock", "warm"]), 0);
+    // Fill what is left, so that the next state file cannot be written.
+    let mut filler = std::fs::File::create(full.join("fill")).unwrap();
+    while std::io::Write::write_all(&mut filler, &[0u8; 4096]).is_ok() {}
+    drop(filler);
+    let ro = env.path("ro");
+    let _ro = Mount::new(&ro, &["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"]);
+    let ro_url = format!("file://{}/s", ro.display());
+    for (url, cause) in [
+        (&url, "No space left on device"),
+        (&ro_url, "Read-only file system"),
+    ] {
+        let o = dlock(url, &["lock", "x"]);
+        let err = stderr(&o);
+        assert_code(&o, 69);
+        assert!(err.contains(cause), "{err}");
+        assert!(!err.contains("no answer since"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
