@@ -40,7 +40,7 @@ pub async fn hand_over(ctx: &Ctx, lease: &Lease) -> Result<i32> {
         ExitCode::IoError,
         format!(
             "cannot write the token to stdout ({e}), so nobody would have it: released {}",
-            names.join(", ")
+            crate::output::printable(&names.join(", "))
         ),
     ))
 }

@@ -334,7 +334,7 @@ impl<'a> Supervised<'a> {
                 .collect::<Vec<_>>()
                 .join(", ")
                 + if left.len() > 5 { ", ..." } else { "" },
-            self.names(),
+            crate::output::printable(&self.names()),
             if left.len() == 1 {
                 "it exits"
             } else {
