@@ -72,6 +72,52 @@ impl Subject {
     }
 }
 
+/// The properties that take only a `Subject`, named once: `with_conformance_properties!(
+/// m!(ARGS))` expands to `m!(ARGS p1, p2, ...,)`. The integration tests make one test per
+/// store and property from it, so a property added here runs on every store; one added
+/// below but not here is caught by the test that compares `PROPERTIES` with this file.
+#[macro_export]
+macro_rules! with_conformance_properties {
+    ($m:ident ! ($($args:tt)*)) => {
+        $m! {
+            $($args)*
+            grant_is_exclusive,
+            concurrent_attempts_grant_one,
+            expired_holders_are_dropped_inside_the_grant,
+            force_release_drops_every_holder,
+            release_checks_the_owner,
+            renew_checks_the_owner,
+            fences_rise,
+            raise_fence_lifts_the_next_fence,
+            previous_reads_released_then_expired,
+            previous_tells_a_failed_end_and_its_status,
+            a_withdrawn_attempt_leaves_the_previous_end,
+            names_are_granted_all_or_none,
+            mixed_modes_in_one_grant,
+            queued_mixed_request_is_granted_in_its_modes,
+            shared_mode,
+            limit_mode,
+            limit_holders_admit_only_their_own_k,
+            release_removes_a_queued_entry,
+            a_dead_waiter_leaves_within_its_ttl,
+            a_release_after_a_cut_off_attempt_takes_only_its_own,
+            listener_wakes_on_release,
+            queued_writer_and_later_reader,
+            inspect_and_list_show_the_live_holders,
+            shard_list_is_written_once,
+        }
+    };
+}
+
+macro_rules! names {
+    ($($property:ident,)*) => {
+        &[$(stringify!($property)),*]
+    };
+}
+
+/// The names of the properties `with_conformance_properties!` lists.
+pub const PROPERTIES: &[&str] = crate::with_conformance_properties!(names!());
+
 /// The lease ttl of properties that do not wait for expiry: long enough for any machine.
 const TTL: Duration = Duration::from_secs(30);
 

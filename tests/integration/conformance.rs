@@ -4,10 +4,11 @@
 //! (`conformance::etcd3::fences_rise`). Each store's servers start once for the whole binary;
 //! every property works in its own namespace, so they run in parallel on them.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dlock::store::conformance::{Caps, Subject};
+use dlock::store::conformance::{Caps, PROPERTIES, Subject};
 use dlock::store::memory::MemoryStore;
 use dlock::store::{Store, url};
 
@@ -166,40 +167,19 @@ fn runtime(paused: bool) -> tokio::runtime::Runtime {
     b.build().unwrap()
 }
 
-/// One module per store with one test per property of the contract.
+/// One module per store with one test per property of the contract (the suite's own list,
+/// `with_conformance_properties!`).
 macro_rules! conformance {
     ($($store:ident (paused: $paused:expr) => $subject:expr;)*) => {$(
         mod $store {
             use super::*;
-            conformance!(@properties $paused, $subject;
-                grant_is_exclusive,
-                concurrent_attempts_grant_one,
-                expired_holders_are_dropped_inside_the_grant,
-                force_release_drops_every_holder,
-                release_checks_the_owner,
-                renew_checks_the_owner,
-                fences_rise,
-                raise_fence_lifts_the_next_fence,
-                previous_reads_released_then_expired,
-                previous_tells_a_failed_end_and_its_status,
-                a_withdrawn_attempt_leaves_the_previous_end,
-                names_are_granted_all_or_none,
-                mixed_modes_in_one_grant,
-                queued_mixed_request_is_granted_in_its_modes,
-                shared_mode,
-                limit_mode,
-                limit_holders_admit_only_their_own_k,
-                release_removes_a_queued_entry,
-                a_dead_waiter_leaves_within_its_ttl,
-                a_release_after_a_cut_off_attempt_takes_only_its_own,
-                listener_wakes_on_release,
-                queued_writer_and_later_reader,
-                inspect_and_list_show_the_live_holders,
-                shard_list_is_written_once,
-            );
+            dlock::with_conformance_properties!(properties!($paused, $subject;));
         }
     )*};
-    (@properties $paused:expr, $subject:expr; $($property:ident,)*) => {$(
+}
+
+macro_rules! properties {
+    ($paused:expr, $subject:expr; $($property:ident,)*) => {$(
         #[test]
         fn $property() {
             let subject = $subject;
@@ -220,6 +200,25 @@ conformance! {
     postgres (paused: false) => postgres();
     pgbouncer (paused: false) => pgbouncer();
     mariadb (paused: false) => mariadb();
+}
+
+/// Every property of the suite runs: each `pub async fn` in it is on its list (and so a test
+/// of every store above) or is the one run by hand below.
+#[test]
+fn every_property_of_the_suite_is_run() {
+    let suite = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/store/conformance.rs"
+    ));
+    let defined: BTreeSet<&str> = suite
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub async fn "))
+        .filter_map(|l| l.split('(').next())
+        .collect();
+    let mut run: BTreeSet<&str> = PROPERTIES.iter().copied().collect();
+    assert_eq!(run.len(), PROPERTIES.len(), "a property listed twice");
+    run.insert("fence_after_the_store_forgot_is_higher");
+    assert_eq!(defined, run);
 }
 
 /// `fence_after_the_store_forgot_is_higher` on the stores a test can wipe, each on a store of
