@@ -1285,14 +1285,17 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     let watcher = {
         let (run, watching) = (run.clone(), watching.clone());
         thread::spawn(move || {
+            let look = || {
+                let mut r = run.record.lock().unwrap();
+                r.pull(&run.log);
+                r.reap();
+            };
             while watching.load(Ordering::SeqCst) {
-                {
-                    let mut r = run.record.lock().unwrap();
-                    r.pull(&run.log);
-                    r.reap();
-                }
+                look();
                 thread::sleep(Duration::from_millis(1));
             }
+            // Once more when told to stop: the last lines the clients wrote are in.
+            look();
         })
     };
     // A panic below (a fault's fixture) must not leave the clients and the watcher looping
@@ -1352,8 +1355,15 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
     for c in clients {
         c.join().unwrap();
     }
-    // Let the last deaths be noticed, then stop watching.
-    thread::sleep(Duration::from_millis(50));
+    // Let the last deaths be noticed (every section ended or seen dead), then stop watching.
+    common::wait_for(Duration::from_secs(2), || {
+        run.record
+            .lock()
+            .unwrap()
+            .sections
+            .iter()
+            .all(|s| s.exit.is_some() || s.died.is_some())
+    });
     watching.store(false, Ordering::SeqCst);
     watcher.join().unwrap();
     let elapsed = started.elapsed();

@@ -221,6 +221,27 @@ impl Env {
             .unwrap_or_else(|e| panic!("inspect {name}: {e}: {}{}", stdout(&o), stderr(&o)))
     }
 
+    /// How many waiters `dlock inspect` lists on `name`.
+    pub fn waiters(&self, name: &str) -> usize {
+        self.inspect(name)["waiters"]
+            .as_array()
+            .map_or(0, |w| w.len())
+    }
+
+    /// Whether the dlock process `pid` is queued on `name`: `inspect` lists it among the
+    /// waiters (a waiter's `meta.pid` is its dlock's). Only where the store keeps a waiter's
+    /// metadata (the file store does; Redis does not: count its waiters with `waiters`).
+    pub fn queued(&self, name: &str, pid: u32) -> bool {
+        self.inspect(name)["waiters"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["meta"]["pid"] == pid))
+    }
+
+    /// Whether `inspect` finds `name` held.
+    pub fn held(&self, name: &str) -> bool {
+        self.inspect(name)["held"] == true
+    }
+
     /// Run dlock with these arguments to completion (with a generous safety limit).
     pub fn run(&self, args: &[&str]) -> Output {
         let mut c = self.cmd();
@@ -356,16 +377,19 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Running and not a zombie (a killed child whose parent is stopped stays a zombie).
+/// The one liveness test: the process exists and is not a zombie. A killed child whose
+/// parent is stopped (or has not reaped it yet) stays a zombie, which `kill(pid, 0)` still
+/// finds although it can no longer do anything.
 pub fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(
-            stat.rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next()),
-            Some('Z') | Some('X') | None
-        ),
-        Err(_) => false,
-    }
+    !matches!(state(pid), Some('Z') | Some('X') | None)
+}
+
+/// A process's state letter from /proc (`R`, `S`, `T` stopped, `Z` zombie...), None once it
+/// is gone.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next())
 }
 
 /// libfaketime's preload library, for tests of a client whose clock is bent.
@@ -387,11 +411,6 @@ pub fn honest_offset() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
     -(wall - dlock::sys::monotonic()).as_secs_f64()
-}
-
-pub fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
 /// The shell child used by exclusion tests: logs entry and exit with its fence, O_APPEND;
@@ -453,23 +472,76 @@ pub fn assert_sections(log: &str, expected: usize) -> Vec<u64> {
     fences
 }
 
-/// The next holder's view: `dlock run NAME -w 10s` whose child prints `$DLOCK_PREVIOUS`.
-/// Returns what it printed and how long the whole run took (waiting included).
+/// What the next holder of a lock saw (see `next_holder`).
+pub struct Next {
+    /// What its command was told: `$DLOCK_PREVIOUS`.
+    pub previous: String,
+    /// When it got the lock (`unix_ms` of its `acquired` event) if it had to wait for it;
+    /// None when the lock was free at its first try.
+    pub waited_until: Option<u64>,
+}
+
+impl Next {
+    /// Whether the lock was free for it within `limit` of `since_ms` (unix ms). Measured on
+    /// dlock's own clock, so a next holder that started late on a busy machine (and found the
+    /// lock free at once) does not count against the lock.
+    pub fn freed_within(&self, since_ms: u64, limit: Duration) -> bool {
+        self.waited_until
+            .is_none_or(|at| at.saturating_sub(since_ms) < limit.as_millis() as u64)
+    }
+}
+
+/// The next holder: `dlock run NAME -w 10s --events FILE` whose child prints
+/// `$DLOCK_PREVIOUS`.
 #[track_caller]
-pub fn next_holder_previous(env: &Env, name: &str) -> (String, Duration) {
-    let start = Instant::now();
+pub fn next_holder(env: &Env, name: &str) -> Next {
+    let log = env.path(&format!("{name}.next.events"));
+    let _ = std::fs::remove_file(&log);
     let o = env.run(&[
         "run",
         name,
         "-w",
         "10s",
+        "--events",
+        &log.display().to_string(),
         "--",
         "sh",
         "-c",
         "echo $DLOCK_PREVIOUS",
     ]);
     assert_code(&o, 0);
-    (stdout(&o), start.elapsed())
+    let acquired = event(&log, "acquired").expect("an acquired event");
+    let waited = acquired["waited_ms"].as_u64().unwrap_or(0) > 0;
+    Next {
+        previous: stdout(&o),
+        waited_until: waited.then(|| acquired["unix_ms"].as_u64().expect("unix_ms")),
+    }
+}
+
+/// The `--events` lines written to `path` so far, parsed. A last line not yet ended (still
+/// being written) is left out; any other line must parse.
+pub fn events(path: &Path) -> Vec<serde_json::Value> {
+    let text = read(path);
+    let whole = text.rsplit_once('\n').map_or("", |(whole, _)| whole);
+    whole
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The first event of this kind written to `path`, if there is one yet.
+pub fn event(path: &Path, kind: &str) -> Option<serde_json::Value> {
+    events(path).into_iter().find(|e| e["event"] == kind)
+}
+
+/// The `unix_ms` of the first event of this kind in `path` (dlock's own wall clock).
+pub fn event_ms(path: &Path, kind: &str) -> Option<u64> {
+    event(path, kind).and_then(|e| e["unix_ms"].as_u64())
+}
+
+/// The wall clock in ms since the epoch, the clock of `unix_ms` in dlock's events.
+pub fn now_ms() -> u64 {
+    (now_ns() / 1_000_000) as u64
 }
 
 /// The names `dlock --json list PREFIX` reports as held, in its order.

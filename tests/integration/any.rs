@@ -73,12 +73,6 @@ fn eight_runs_share_four_names_on_redis() {
     eight_runs_share_four_names(&Env::with_stores(vec![redis.url()]));
 }
 
-fn waiters(env: &Env, name: &str) -> usize {
-    env.inspect(name)["waiters"]
-        .as_array()
-        .map_or(0, |w| w.len())
-}
-
 /// With every name held, -n gives 75 at once and queues nothing. A waiting run queues on
 /// every name; when one frees it takes that one, and withdraws from the others.
 #[test]
@@ -96,7 +90,7 @@ fn a_run_waits_on_every_name_and_leaves_no_waiter_behind() {
     let busy = env.run(&["run", "--any", "a", "b", "c", "-n", "--", "true"]);
     assert_code(&busy, 75);
     assert!(stderr(&busy).contains("each of"), "{}", stderr(&busy));
-    assert_eq!(["a", "b", "c"].map(|n| waiters(&env, n)), [0, 0, 0]);
+    assert_eq!(["a", "b", "c"].map(|n| env.waiters(n)), [0, 0, 0]);
     let run = env.spawn(&[
         "run",
         "--any",
@@ -113,14 +107,14 @@ fn a_run_waits_on_every_name_and_leaves_no_waiter_behind() {
     assert!(
         wait_for(Duration::from_secs(10), || ["a", "b", "c"]
             .iter()
-            .all(|n| waiters(&env, n) == 1)),
+            .all(|n| env.waiters(n) == 1)),
         "the run did not queue on every name"
     );
     assert_code(&env.run(&["unlock", "b", "--token", &tokens[1]]), 0);
     let o = finish(run, Duration::from_secs(20));
     assert_code(&o, 0);
     assert_eq!(stdout(&o), "b");
-    assert_eq!(["a", "b", "c"].map(|n| waiters(&env, n)), [0, 0, 0]);
+    assert_eq!(["a", "b", "c"].map(|n| env.waiters(n)), [0, 0, 0]);
 }
 
 #[test]

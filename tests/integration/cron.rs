@@ -178,16 +178,34 @@ fn jitter_pauses_before_trying() {
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
+/// Whether `pid` has a handler for `sig` (the SigCgt mask /proc shows).
+fn catches(pid: u32, sig: i32) -> bool {
+    read(std::path::Path::new(&format!("/proc/{pid}/status")))
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (sig - 1)) != 0)
+}
+
 #[test]
 fn sigterm_during_jitter_exits_143_without_taking_the_lock() {
     let env = Env::file();
+    let err = env.path("err");
     let mut c = env.cmd();
-    c.args(["run", "job", "--jitter", "1h", "--", "true"])
+    c.args(["-v", "run", "job", "--jitter", "1h", "--", "true"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(std::fs::File::create(&err).unwrap());
     let mut child = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    signal(child.id(), libc::SIGTERM);
+    // In its jitter pause: it said so, and it has its handler for SIGTERM in place.
+    let id = child.id();
+    assert!(
+        wait_for(Duration::from_secs(10), || read(&err)
+            .contains("--jitter: sleeping")
+            && catches(id, libc::SIGTERM)),
+        "{}",
+        read(&err)
+    );
+    signal(id, libc::SIGTERM);
     let status = wait_child(&mut child, Duration::from_secs(10)).expect("dlock exits");
     assert_eq!(status.code(), Some(143), "{status:?}");
     assert_eq!(held(&env, "job")["held"], false);

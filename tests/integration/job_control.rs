@@ -14,10 +14,19 @@ fn ticks(env: &Env) -> usize {
         .count()
 }
 
+/// The command's shell, which wrote its pid.
+fn command(env: &Env) -> u32 {
+    read(&env.path("pid"))
+        .trim()
+        .parse()
+        .expect("the command's pid")
+}
+
 /// Start a job that appends a line to the log every 50 ms, and wait until it writes.
 fn start_job(env: &Env, t: &Terminal, ttl: &str) {
     t.line(&format!(
-        "dlock run jc --ttl {ttl} -- sh -c 'while :; do echo tick >> {}; sleep 0.05; done'",
+        "dlock run jc --ttl {ttl} -- sh -c 'echo $$ > {}; while :; do echo tick >> {}; sleep 0.05; done'",
+        env.path("pid").display(),
         env.path("log").display()
     ));
     assert!(
@@ -37,7 +46,11 @@ fn suspend(env: &Env, t: &Terminal) {
     );
     assert!(t.screen().contains("Stopped"), "{}", t.screen());
     let before = ticks(env);
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_for(Duration::from_secs(10), || state(command(env)) == Some('T')),
+        "the command was not stopped: {:?}",
+        state(command(env))
+    );
     assert_eq!(
         ticks(env),
         before,
@@ -102,7 +115,12 @@ fn a_job_suspended_past_its_lease_is_stopped_before_the_next_holder_enters() {
     let next = env.run(&["run", "jc", "-w", "10s", "--", "sh", "-c", "echo inside"]);
     assert_code(&next, 0);
     assert_eq!(stdout(&next), "inside");
-    std::thread::sleep(Duration::from_millis(300));
+    // Stopped for good before the next holder entered (a zombie until dlock, suspended
+    // itself, reaps it), so it can write no more.
+    assert!(
+        !running(command(&env)),
+        "the suspended job outlived its lease"
+    );
     assert_eq!(ticks(&env), stopped_at, "the suspended job ran again");
     t.line("fg");
     assert!(wait_for(Duration::from_secs(10), || t.at_prompt()));

@@ -132,12 +132,22 @@ fn end_the_job(env: &Env, ending: Ending) -> Handoff {
     let (entered, previous) = seen.trim().split_once(' ').unwrap();
     let entered: u128 = entered.parse().unwrap();
     let status = wait_child(&mut holder, Duration::from_secs(10)).expect("dlock ends");
-    // Time for a leftover writer (one write every 20 ms) to show itself.
-    std::thread::sleep(Duration::from_millis(300));
-    let late_writes = numbers(&env.path("log"))
+    // What of the job still runs now that the next holder is in: nothing, so the log is
+    // final; with --leave-running the worker, which shows itself by writing (every 20 ms).
+    let alive: Vec<_> = numbers(&pids)
         .into_iter()
-        .filter(|&t| t > entered)
-        .count();
+        .filter(|&p| running(p as u32))
+        .collect();
+    let late = || {
+        numbers(&env.path("log"))
+            .into_iter()
+            .filter(|&t| t > entered)
+            .count()
+    };
+    if ending == Ending::LeaveRunning {
+        wait_for(Duration::from_secs(10), || late() > 0);
+    }
+    let late_writes = late();
     let mut stderr = String::new();
     use std::io::Read;
     holder
@@ -162,10 +172,6 @@ fn end_the_job(env: &Env, ending: Ending) -> Handoff {
         handoff.previous
     );
     if ending != Ending::LeaveRunning {
-        let alive: Vec<_> = numbers(&pids)
-            .into_iter()
-            .filter(|&p| running(p as u32))
-            .collect();
         assert!(
             alive.is_empty(),
             "{ending:?}: the job outlived its lock: {alive:?}"

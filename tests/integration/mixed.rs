@@ -93,13 +93,19 @@ fn readers_share_while_the_writer_waits(env: &Env) {
         "-c",
         &format!("touch {d}/writer"),
     ]);
-    // The writer is waiting, not in: give it time to get in wrongly.
-    std::thread::sleep(Duration::from_millis(500));
+    // The writer queues (the one waiter): the store answered it busy rather than let it in.
+    let id = writer.id();
+    assert!(
+        wait_for(Duration::from_secs(30), || env.waiters("r1") == 1
+            || dir.join("writer").exists()
+            || !running(id)),
+        "the writer never queued"
+    );
     assert!(
         !dir.join("writer").exists(),
         "the writer entered past two readers"
     );
-    assert!(running(writer.id()), "the writer gave up");
+    assert!(running(id), "the writer gave up");
     std::fs::write(dir.join("go"), "").unwrap();
     for c in [r1, r2, writer] {
         assert_code(&finish(c, Duration::from_secs(60)), 0);

@@ -6,6 +6,17 @@ use std::time::Duration;
 
 use crate::common::*;
 
+/// `c`, a `dlock lock NAME -w`, waits: the store lists it among the waiters of `name`, and it
+/// has not exited (a grant would have ended it).
+fn queued(env: &Env, name: &str, c: &mut Child) -> bool {
+    let id = c.id();
+    wait_for(Duration::from_secs(10), || {
+        env.queued(name, id) || c.try_wait().unwrap().is_some()
+    }) && c.try_wait().unwrap().is_none()
+}
+
+/// `c` is still not granted after a window in which a wrong grant would show (a safety
+/// window: a grant that does not happen has nothing to wait for).
 fn still_waiting(c: &mut Child) -> bool {
     std::thread::sleep(Duration::from_millis(400));
     c.try_wait().unwrap().is_none()
@@ -17,7 +28,7 @@ fn shared_holders_share_and_an_exclusive_one_waits_for_both(env: &Env) {
     assert_code(&r2, 0);
     assert_code(&env.run(&["lock", "db", "-n"]), 75);
     let mut writer = env.spawn(&["lock", "db", "-w", "20s"]);
-    assert!(still_waiting(&mut writer));
+    assert!(queued(env, "db", &mut writer));
     assert_code(&env.run(&["unlock", "db", "--token", &r1]), 0);
     assert!(
         still_waiting(&mut writer),
@@ -35,7 +46,7 @@ fn a_limit_of_two_lets_two_in_and_the_third_waits(env: &Env) {
     assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 0);
     assert_code(&env.run(&["lock", "pool", "--limit", "2", "-n"]), 75);
     let mut third = env.spawn(&["lock", "pool", "--limit", "2", "-w", "20s"]);
-    assert!(still_waiting(&mut third));
+    assert!(queued(env, "pool", &mut third));
     assert_code(&env.run(&["unlock", "pool", "--token", &a]), 0);
     let status = wait_child(&mut third, Duration::from_secs(10)).expect("the third gets in");
     assert!(status.success());
@@ -90,7 +101,7 @@ fn a_different_limit_never_joins_the_holders() {
     assert_code(&env.run(&["unlock", "pool", "--token", &a]), 0);
     let mut waiting = env.spawn(&["lock", "pool", "--limit", "3", "-w", "20s"]);
     assert!(
-        still_waiting(&mut waiting),
+        queued(&env, "pool", &mut waiting),
         "a limit 3 joined a limit 2 holder"
     );
     assert_code(&env.run(&["unlock", "pool", "--token", &b]), 0);

@@ -85,8 +85,7 @@ fn kill_the_holder(env: &Env, setsid: bool) -> Outcome {
     let next = env.run(&["run", "job", "-w", "10s", "--", "sh", "-c", "date +%s%N"]);
     assert_code(&next, 0);
     let entered: u128 = stdout(&next).parse().unwrap();
-    // Give a leftover writer the time to show itself.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every writer of the tree was seen gone (or `gone` fails below): the log is final.
     let writes_after_entry = read(&env.path("log"))
         .lines()
         .filter_map(|l| l.parse::<u128>().ok())
@@ -162,6 +161,7 @@ fn a_daemon_the_command_started_outlives_a_run_that_leaves_it_running() {
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(wait_for(Duration::from_secs(5), || !read(&pidfile).is_empty()));
     let daemon: u32 = read(&pidfile).trim().parse().unwrap();
+    // A safety window: a stop that does not come has nothing to wait for.
     std::thread::sleep(Duration::from_millis(300));
     assert!(running(daemon), "the daemon was stopped");
     assert_code(&env.run(&["lock", "job", "-n"]), 0);

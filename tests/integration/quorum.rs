@@ -14,6 +14,18 @@ fn urls(s: &[RedisServer]) -> Vec<String> {
     s.iter().map(|s| s.url()).collect()
 }
 
+/// `dlock ARGS` and how long it took, start-up included.
+fn timed(env: &Env, args: &[&str]) -> (std::process::Output, Duration) {
+    let start = Instant::now();
+    let o = env.run(args);
+    (o, start.elapsed())
+}
+
+/// What a stopped store may add to a command, over the same command with every store
+/// answering (the baseline, taken in the same test: starting a process and connecting cost
+/// what they cost on this machine now).
+const STALL_ALLOWANCE: Duration = Duration::from_millis(1500);
+
 #[test]
 fn one_server_of_three_down_still_grants() {
     let mut servers = three();
@@ -27,15 +39,19 @@ fn one_server_of_three_down_still_grants() {
 #[test]
 fn one_server_of_three_frozen_costs_at_most_the_store_timeout() {
     let servers = three();
-    servers[0].pause();
     let env = Env::with_stores(urls(&servers));
-    let start = Instant::now();
-    let o = env.run(&["--store-timeout", "200ms", "run", "job", "--", "true"]);
-    let took = start.elapsed();
+    let run = ["--store-timeout", "200ms", "run", "job", "--", "true"];
+    let (o, baseline) = timed(&env, &run);
+    assert_code(&o, 0);
+    servers[0].pause();
+    let (o, took) = timed(&env, &run);
     servers[0].resume();
     assert_code(&o, 0);
     // Acquire and release each wait out the frozen server once.
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    assert!(
+        took < baseline + STALL_ALLOWANCE,
+        "took {took:?}, {baseline:?} with every server answering"
+    );
 }
 
 #[test]
@@ -54,17 +70,20 @@ fn two_servers_of_three_down_is_exit_69() {
 #[test]
 fn two_servers_of_three_frozen_is_exit_69_within_the_store_timeout() {
     let servers = three();
+    let env = Env::with_stores(urls(&servers));
+    let (o, baseline) = timed(&env, &["--store-timeout", "300ms", "lock", "base"]);
+    assert_code(&o, 0);
     servers[0].pause();
     servers[1].pause();
-    let env = Env::with_stores(urls(&servers));
-    let start = Instant::now();
-    let o = env.run(&["--store-timeout", "300ms", "lock", "job"]);
-    let took = start.elapsed();
+    let (o, took) = timed(&env, &["--store-timeout", "300ms", "lock", "job"]);
     servers[0].resume();
     servers[1].resume();
     assert_code(&o, 69);
     // Connect (bounded by the store timeout), one attempt, one clean-up release.
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    assert!(
+        took < baseline + STALL_ALLOWANCE,
+        "took {took:?}, {baseline:?} with every server answering"
+    );
     // Nothing half-granted stays behind on the server that answered.
     let env2 = Env::with_stores(vec![servers[2].url()]);
     assert_code(&env2.run(&["lock", "job", "-n"]), 0);
@@ -96,8 +115,9 @@ fn fences_rise_across_a_server_restarted_empty() {
 fn a_stale_token_cannot_release_a_newer_holders_lease() {
     let servers = three();
     let env = Env::with_stores(urls(&servers));
-    let old = stdout(&env.run(&["lock", "job", "--ttl", "300ms"]));
-    std::thread::sleep(Duration::from_millis(400));
+    // A ttl of 1 s: each store gets a tenth of it to answer (a loaded machine needs it).
+    let old = stdout(&env.run(&["lock", "job", "--ttl", "1s"]));
+    assert!(wait_for(Duration::from_secs(10), || !env.held("job")));
     let new = env.run(&["lock", "job", "-n", "--ttl", "10s"]);
     assert_code(&new, 0);
     assert_code(&env.run(&["unlock", "job", "--token", &old]), 1);
@@ -159,14 +179,18 @@ fn five_servers_survive_two_down_two_frozen_or_two_restarted_empty() {
 #[test]
 fn five_servers_with_three_down_is_exit_69_within_the_store_timeout() {
     let mut servers = five();
+    let env = Env::with_stores(urls(&servers));
+    let run = ["--store-timeout", "300ms", "run", "job", "--", "true"];
+    let (o, baseline) = timed(&env, &run);
+    assert_code(&o, 0);
     servers[0].kill();
     servers[2].pause();
     servers[4].kill();
-    let env = Env::with_stores(urls(&servers));
-    let start = Instant::now();
-    let o = env.run(&["--store-timeout", "300ms", "run", "job", "--", "true"]);
-    let took = start.elapsed();
+    let (o, took) = timed(&env, &run);
     servers[2].resume();
     assert_code(&o, 69);
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    assert!(
+        took < baseline + STALL_ALLOWANCE,
+        "took {took:?}, {baseline:?} with every server answering"
+    );
 }

@@ -13,16 +13,6 @@ use crate::common::postgres::PgServer;
 use crate::common::zk::ZkServer;
 use crate::common::*;
 
-fn waiters(env: &Env, name: &str) -> usize {
-    env.inspect(name)["waiters"]
-        .as_array()
-        .map_or(0, |w| w.len())
-}
-
-fn held(env: &Env, name: &str) -> bool {
-    env.inspect(name)["held"] == true
-}
-
 /// A holder (ttl 30s, 12 s of work) and three waiters queued with `-w 60s`; the store goes
 /// down for 7 s (`down`, then `up`). The holder keeps its lease (its renewal after the restart
 /// finds it on a new connection), every waiter is served after the restart, and no two
@@ -30,7 +20,7 @@ fn held(env: &Env, name: &str) -> bool {
 fn waiters_ride_out_seven_seconds_down(env: &Env, down: impl FnOnce(), up: impl FnOnce()) {
     let log = env.path("job.log");
     let holder = env.spawn_run(&["job", "--ttl", "30s"], &critical_section(&log, 12_000));
-    assert!(wait_for(Duration::from_secs(20), || held(env, "job")));
+    assert!(wait_for(Duration::from_secs(20), || env.held("job")));
     let queued: Vec<Child> = (0..3)
         .map(|_| {
             env.spawn_run(
@@ -39,7 +29,7 @@ fn waiters_ride_out_seven_seconds_down(env: &Env, down: impl FnOnce(), up: impl 
             )
         })
         .collect();
-    assert!(wait_for(Duration::from_secs(20), || waiters(env, "job") == 3));
+    assert!(wait_for(Duration::from_secs(20), || env.waiters("job") == 3));
     down();
     std::thread::sleep(Duration::from_secs(7));
     up();
@@ -57,7 +47,7 @@ fn waiters_ride_out_seven_seconds_down(env: &Env, down: impl FnOnce(), up: impl 
 /// release (the next holder is told `released`).
 fn a_holder_keeps_its_lease_through_restarts(env: &Env, restarts: Vec<Box<dyn FnOnce() + '_>>) {
     let holder = env.spawn_run(&["keep", "--ttl", "30s"], "sleep 6; echo finished");
-    assert!(wait_for(Duration::from_secs(20), || held(env, "keep")));
+    assert!(wait_for(Duration::from_secs(20), || env.held("keep")));
     for restart in restarts {
         restart();
         let o = env.run(&["run", "keep", "-n", "--", "true"]);
@@ -66,7 +56,7 @@ fn a_holder_keeps_its_lease_through_restarts(env: &Env, restarts: Vec<Box<dyn Fn
     let o = finish(holder, Duration::from_secs(40));
     assert_code(&o, 0);
     assert_eq!(stdout(&o), "finished");
-    assert_eq!(next_holder_previous(env, "keep").0, "released");
+    assert_eq!(next_holder(env, "keep").previous, "released");
 }
 
 #[test]
@@ -127,9 +117,9 @@ fn mariadb_restarts_keep_the_lease() {
 /// the waiter (`-w 40s`) is served after the restart.
 fn a_server_restarted_after_seven_seconds(env: &Env, kill: impl FnOnce(), restart: impl FnOnce()) {
     let holder = env.spawn_run(&["m", "--ttl", "20s"], "sleep 12; echo finished");
-    assert!(wait_for(Duration::from_secs(20), || held(env, "m")));
+    assert!(wait_for(Duration::from_secs(20), || env.held("m")));
     let waiter = env.spawn_run(&["m", "--ttl", "20s", "-w", "40s"], "echo served");
-    assert!(wait_for(Duration::from_secs(20), || waiters(env, "m") == 1));
+    assert!(wait_for(Duration::from_secs(20), || env.waiters("m") == 1));
     kill();
     std::thread::sleep(Duration::from_secs(7));
     restart();
@@ -175,12 +165,12 @@ fn a_killed_etcd_waiter_is_gone_within_its_ttl() {
     let env = Env::with_stores(vec![etcd.url()]);
     let ttl = Duration::from_secs(3);
     let mut holder = env.spawn_run(&["q", "--ttl", "3s"], "sleep 30");
-    assert!(wait_for(Duration::from_secs(10), || held(&env, "q")));
+    assert!(wait_for(Duration::from_secs(10), || env.held("q")));
     let dead = env.spawn_run(&["q", "--ttl", "3s"], "true");
-    assert!(wait_for(Duration::from_secs(10), || waiters(&env, "q") == 1));
+    assert!(wait_for(Duration::from_secs(10), || env.waiters("q") == 1));
     signal(dead.id(), libc::SIGKILL);
     let t0 = Instant::now();
-    let gone = wait_for(ttl + Duration::from_secs(1), || waiters(&env, "q") == 0);
+    let gone = wait_for(ttl + Duration::from_secs(1), || env.waiters("q") == 0);
     let took = t0.elapsed();
     signal(holder.id(), libc::SIGTERM);
     let _ = wait_child(&mut holder, Duration::from_secs(10));
@@ -220,7 +210,15 @@ fn leader_kill_under_load(env: &Env, kill_leader: impl FnOnce()) -> Duration {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(4));
+    // Early on, once the clients take turns.
+    assert!(
+        wait_for(Duration::from_secs(20), || read(&log)
+            .lines()
+            .filter(|l| l.starts_with("enter"))
+            .count()
+            >= 6),
+        "the clients did not get going"
+    );
     kill_leader();
     for c in &mut clients {
         wait_child(c, Duration::from_secs(90)).expect("a looping client hung");
@@ -290,12 +288,12 @@ fn a_zookeeper_waiter_whose_session_expired_queues_again() {
     let zk = ZkServer::start();
     let env = Env::with_stores(vec![zk.url()]);
     let holder = env.spawn_run(&["s", "--ttl", "20s"], "sleep 10; echo finished");
-    assert!(wait_for(Duration::from_secs(20), || held(&env, "s")));
+    assert!(wait_for(Duration::from_secs(20), || env.held("s")));
     let waiter = env.spawn_run(&["s", "--ttl", "2s", "-w", "60s"], "echo served");
-    assert!(wait_for(Duration::from_secs(20), || waiters(&env, "s") == 1));
+    assert!(wait_for(Duration::from_secs(20), || env.waiters("s") == 1));
     signal(waiter.id(), libc::SIGSTOP);
     // The session (2 s) expires, and with it the queue entry.
-    assert!(wait_for(Duration::from_secs(20), || waiters(&env, "s") == 0));
+    assert!(wait_for(Duration::from_secs(20), || env.waiters("s") == 0));
     signal(waiter.id(), libc::SIGCONT);
     let o = finish(holder, Duration::from_secs(40));
     assert_code(&o, 0);
@@ -315,7 +313,7 @@ fn an_etcd_server_back_without_the_lease_stops_the_holder_at_the_next_renewal() 
     let env = Env::with_stores(vec![etcd.url()]);
     let ttl = Duration::from_secs(30);
     let holder = env.spawn_run(&["gone", "--ttl", "30s", "--kill-grace", "1s"], "sleep 120");
-    assert!(wait_for(Duration::from_secs(20), || held(&env, "gone")));
+    assert!(wait_for(Duration::from_secs(20), || env.held("gone")));
     etcd.restart_empty(0);
     etcd.wait_healthy();
     let t0 = Instant::now();

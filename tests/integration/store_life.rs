@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 use crate::common::redis::RedisServer;
 use crate::common::*;
 
-/// `run job --ttl TTL` holding until killed, and the moment it held (it touched `held`).
+/// `run job --ttl TTL` holding until killed, and the moment it held (it touched `held`). Its
+/// events go to `holder.events`.
 fn holder(env: &Env, ttl: &str, hold: &str) -> (std::process::Child, Instant) {
     let held = env.path("held");
     let script = format!("touch {}; sleep {hold}", held.display());
-    let child = env.spawn_run(&["job", "--ttl", ttl], &script);
+    let events = env.path("holder.events").display().to_string();
+    let child = env.spawn_run(&["job", "--ttl", ttl, "--events", &events], &script);
     assert!(
         wait_for(Duration::from_secs(10), || held.exists()),
         "the holder did not start its command"
@@ -21,9 +23,23 @@ fn holder(env: &Env, ttl: &str, hold: &str) -> (std::process::Child, Instant) {
     (child, Instant::now())
 }
 
-/// `run job -w WAIT -- true`, started once the holder holds (so it waits).
+/// `run job -w WAIT -- true`, started once the holder holds, and seen queued behind it (the
+/// one waiter Redis lists).
 fn waiter(env: &Env, wait: &str) -> std::process::Child {
-    env.spawn(&["run", "job", "-w", wait, "--", "true"])
+    let child = env.spawn(&["run", "job", "-w", wait, "--", "true"]);
+    assert!(
+        wait_for(Duration::from_secs(10), || env.waiters("job") == 1),
+        "the waiter never queued"
+    );
+    child
+}
+
+/// How many renewals the holder has reported (its `renewed` events).
+fn renewals(env: &Env) -> usize {
+    events(&env.path("holder.events"))
+        .iter()
+        .filter(|e| e["event"] == "renewed")
+        .count()
 }
 
 /// A server restarted with its data (appendonly, fsync always) in about 50 ms: the holder
@@ -34,7 +50,6 @@ fn a_restart_with_the_data_kept_costs_the_holder_nothing() {
     let env = Env::with_stores(vec![redis.url()]);
     let (h, _) = holder(&env, "3s", "4");
     let w = waiter(&env, "30s");
-    std::thread::sleep(Duration::from_millis(1500));
     redis.restart();
     assert_code(&finish(h, Duration::from_secs(30)), 0);
     assert_code(&finish(w, Duration::from_secs(40)), 0);
@@ -50,7 +65,6 @@ fn a_restart_without_the_data_is_learnt_at_the_next_renewal() {
     let ttl = Duration::from_secs(6);
     let (h, _) = holder(&env, "6s", "60");
     let w = waiter(&env, "30s");
-    std::thread::sleep(Duration::from_millis(500));
     redis.restart();
     let restarted = Instant::now();
     let o = finish(h, Duration::from_secs(30));
@@ -72,7 +86,6 @@ fn a_waiter_waits_through_an_outage_for_its_whole_wait() {
     let env = Env::with_stores(vec![redis.url()]);
     let (h, _) = holder(&env, "3s", "60");
     let w = waiter(&env, "30s");
-    std::thread::sleep(Duration::from_millis(500));
     redis.kill();
     std::thread::sleep(Duration::from_secs(7));
     redis.start_again();
@@ -88,7 +101,6 @@ fn a_wait_that_ends_in_an_outage_says_how_long_it_lasted() {
     let env = Env::with_stores(vec![redis.url()]);
     let (h, _) = holder(&env, "3s", "60");
     let w = waiter(&env, "4s");
-    std::thread::sleep(Duration::from_millis(500));
     redis.kill();
     let o = finish(w, Duration::from_secs(30));
     assert_code(&o, 69);
@@ -127,7 +139,12 @@ fn a_quorum_restarted_member_by_member_keeps_the_lease() {
     let env = Env::with_stores(redis.iter().map(|r| r.url()).collect());
     let (h, _) = holder(&env, "3s", "5");
     for r in &mut redis {
-        std::thread::sleep(Duration::from_millis(1000));
+        // A renewal between restarts: the lease is carried across each one.
+        let before = renewals(&env);
+        assert!(
+            wait_for(Duration::from_secs(10), || renewals(&env) > before),
+            "the holder did not renew"
+        );
         r.restart();
     }
     assert_code(&finish(h, Duration::from_secs(30)), 0);

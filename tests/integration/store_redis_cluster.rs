@@ -47,7 +47,10 @@ fn killing_a_master_mid_run_never_lets_two_holders_in() {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("enter"))
     }));
     let contenders: Vec<Child> = (0..3).map(|_| spawn(100, "30s")).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        wait_for(Duration::from_secs(10), || env.waiters("deploy") == 3),
+        "the contenders never queued"
+    );
     let master = cluster.master_of("dlock:{default:deploy}:h");
     cluster.nodes[master].kill();
     let status = wait_child(&mut holder, Duration::from_secs(30)).expect("holder exits");

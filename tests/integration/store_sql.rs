@@ -145,7 +145,7 @@ on_both! {
     an_interrupted_waiter_leaves_no_row(db) {
         let env = Env::with_stores(vec![db.url()]);
         let holder = env.spawn(&["run", "busy", "--", "sleep", "30"]);
-        std::thread::sleep(Duration::from_millis(700));
+        assert!(wait_for(Duration::from_secs(10), || env.held("busy")));
         let mut waiter = env.spawn(&["run", "busy", "--", "true"]);
         assert!(
             wait_for(Duration::from_secs(10), || db.waiter_rows() == 1),
@@ -185,7 +185,7 @@ on_both! {
         // bound only, as a whole.
         let out = env.path("order");
         let holder = env.spawn(&["run", "w", "--", "sh", "-c", &format!("sleep 1.5; date +%s%N >> {}", out.display())]);
-        std::thread::sleep(Duration::from_millis(500));
+        assert!(wait_for(Duration::from_secs(10), || env.held("w")));
         let o = env.run(&["run", "w", "--", "sh", "-c", &format!("date +%s%N >> {}", out.display())]);
         assert_code(&o, 0);
         let mut holder = holder;
@@ -230,7 +230,12 @@ fn tls_with_a_self_signed_ca_on_postgres() {
     ));
     db.psql("ALTER SYSTEM SET ssl = on");
     db.psql("SELECT pg_reload_conf()");
-    std::thread::sleep(Duration::from_millis(300));
+    // A new session sees the server's settings once it has reloaded them (and its TLS
+    // context with them).
+    assert!(
+        wait_for(Duration::from_secs(10), || db.psql("SHOW ssl") == "on"),
+        "the server did not reload its settings"
+    );
     let url = format!("{}?sslmode=verify-full&ca_file={}", db.url(), ca.display());
     let env = Env::with_stores(vec![url]);
     assert_code(&env.run(&["run", "x", "--", "true"]), 0);

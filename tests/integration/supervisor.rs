@@ -160,9 +160,13 @@ fn a_run_killed_while_it_waits_leaves_no_process_behind() {
     let held = env.run(&["lock", "job", "--ttl", "30s"]);
     assert_code(&held, 0);
     let mut waiter = env.spawn_run(&["job", "-w", "30s"], "echo ran");
-    // The waiter is waiting (the holder's inspect counts it) once it has been up a while.
-    std::thread::sleep(Duration::from_millis(500));
-    let forked = children_of(waiter.id());
+    let id = waiter.id();
+    assert!(
+        wait_for(Duration::from_secs(10), || env.queued("job", id)),
+        "the run never queued"
+    );
+    let forked = children_of(id);
+    assert!(!forked.is_empty(), "no watchdog forked before the wait");
     signal(waiter.id(), libc::SIGKILL);
     let _ = waiter.wait();
     assert!(
@@ -300,15 +304,20 @@ fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
     let mut holder = env.spawn_run(&["job", "--ttl", "2s"], &script);
     assert!(wait_for(Duration::from_secs(10), || !read(&pidfile).is_empty()));
     let child: u32 = read(&pidfile).trim().parse().unwrap();
+    let killed = now_ms();
     signal(holder.id(), libc::SIGKILL);
     holder.wait().unwrap();
     assert!(
-        wait_for(Duration::from_secs(5), || !alive(child)),
+        wait_for(Duration::from_secs(5), || !running(child)),
         "the child outlived its dlock"
     );
-    let (previous, took) = next_holder_previous(env, "job");
-    assert_eq!(previous, "failed");
-    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    let next = next_holder(env, "job");
+    assert_eq!(next.previous, "failed");
+    assert!(
+        next.freed_within(killed, Duration::from_millis(2500)),
+        "the next holder got in {:?} ms after the kill",
+        next.waited_until.map(|t| t - killed)
+    );
 }
 
 #[test]
@@ -415,7 +424,13 @@ fn a_stopped_run_has_its_child_stopped(wait_first: bool) {
     });
     let mut holder = env.spawn_run(&["job", "--ttl", "1s", "-w", "30s"], &script);
     if let Some(token) = token {
-        // Longer than the run's ttl: a deadline taken when the watchdog started would be gone.
+        let id = holder.id();
+        assert!(
+            wait_for(Duration::from_secs(10), || env.queued("job", id)),
+            "the run did not wait"
+        );
+        // Then longer than the run's ttl (the time itself is what is tested): a deadline
+        // taken when the watchdog started would be gone.
         std::thread::sleep(Duration::from_millis(1500));
         assert!(read(&pidfile).is_empty(), "the run did not wait");
         assert_code(&env.run(&["unlock", "job", "--token", &token]), 0);

@@ -401,6 +401,27 @@ fn a_reason_and_the_ci_job_round_trip_through_inspect_and_list() {
     }
 }
 
+/// Start `c` (a `dlock wait NAME`) with `-v`, and see it waiting: it says so on stderr once it
+/// found the lock held (a `wait` takes no queue entry for inspect to show), and goes on.
+fn seen_waiting(env: &Env, mut c: Command, name: &str) -> Child {
+    let err = env.path(&format!("{name}.wait.err"));
+    c.arg("-v").stderr(std::fs::File::create(&err).unwrap());
+    let mut waiter = c.spawn().unwrap();
+    assert!(
+        wait_for(LIMIT, || read(&err)
+            .contains(&format!("waiting for {name}"))
+            || waiter.try_wait().unwrap().is_some()),
+        "wait never said it waits: {}",
+        read(&err)
+    );
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "wait returned while held: {}",
+        read(&err)
+    );
+    waiter
+}
+
 #[test]
 fn wait_returns_0_when_the_holder_releases_and_75_on_timeout_and_never_takes_the_lock() {
     let env = Env::file();
@@ -419,14 +440,8 @@ fn wait_returns_0_when_the_holder_releases_and_75_on_timeout_and_never_takes_the
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     let mut c = env.cmd();
     c.args(["--json", "wait", "plan", "-w", "30s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut waiter = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        waiter.try_wait().unwrap().is_none(),
-        "wait returned while held"
-    );
+        .stdout(Stdio::piped());
+    let mut waiter = seen_waiting(&env, c, "plan");
     std::fs::write(&release, "").unwrap();
     assert!(wait_child(&mut holder, LIMIT).unwrap().success());
     assert_eq!(wait_child(&mut waiter, LIMIT).unwrap().code(), Some(0));
@@ -462,14 +477,8 @@ fn reason_and_wait_on_redis() {
     assert_code(&env.run(&["wait", "deploy", "-w", "300ms"]), 75);
     let mut c = env.cmd();
     c.args(["wait", "deploy", "-w", "30s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut waiter = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        waiter.try_wait().unwrap().is_none(),
-        "wait returned while held"
-    );
+        .stdout(Stdio::null());
+    let mut waiter = seen_waiting(&env, c, "deploy");
     assert_code(&env.run(&["unlock", "deploy", "--token", &t]), 0);
     assert_eq!(wait_child(&mut waiter, LIMIT).unwrap().code(), Some(0));
     let o = env.run(&["--json", "unlock", "deploy", "--force"]);
@@ -507,14 +516,6 @@ fn unlock_force_says_what_it_broke() {
     assert_code(&o, 0);
     assert_eq!(json(&o)["released"], false);
     assert_eq!(json(&o)["broken"], serde_json::json!([]));
-}
-
-fn events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
 }
 
 fn kinds(ev: &[Value]) -> Vec<String> {
