@@ -218,7 +218,16 @@ fn every_property_of_the_suite_is_run() {
     let mut run: BTreeSet<&str> = PROPERTIES.iter().copied().collect();
     assert_eq!(run.len(), PROPERTIES.len(), "a property listed twice");
     run.insert("fence_after_the_store_forgot_is_higher");
-    assert_eq!(defined, run);
+    let never_run: Vec<_> = defined.difference(&run).collect();
+    assert!(
+        never_run.is_empty(),
+        "not on with_conformance_properties!, so never run: {never_run:?}"
+    );
+    let unknown: Vec<_> = run.difference(&defined).collect();
+    assert!(
+        unknown.is_empty(),
+        "listed but not in the suite: {unknown:?}"
+    );
 }
 
 /// `fence_after_the_store_forgot_is_higher` on the stores a test can wipe, each on a store of
