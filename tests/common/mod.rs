@@ -482,12 +482,17 @@ pub struct Next {
 }
 
 impl Next {
-    /// Whether the lock was free for it within `limit` of `since_ms` (unix ms). Measured on
-    /// dlock's own clock, so a next holder that started late on a busy machine (and found the
-    /// lock free at once) does not count against the lock.
-    pub fn freed_within(&self, since_ms: u64, limit: Duration) -> bool {
-        self.waited_until
-            .is_none_or(|at| at.saturating_sub(since_ms) < limit.as_millis() as u64)
+    /// Assert the lock was free for it within `limit` of `since` (unix ms, what happened
+    /// then). Measured on dlock's own clock, so a next holder that started late on a busy
+    /// machine (and found the lock free at once) does not count against the lock.
+    #[track_caller]
+    pub fn assert_freed_within(&self, since: (u64, &str), limit: Duration) {
+        let (since_ms, what) = since;
+        let took = self.waited_until.map(|at| at.saturating_sub(since_ms));
+        assert!(
+            took.is_none_or(|t| t < limit.as_millis() as u64),
+            "the next holder got in {took:?} ms after {what} (limit {limit:?})"
+        );
     }
 }
 

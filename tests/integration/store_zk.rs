@@ -259,11 +259,7 @@ fn killed_holder_means_failed_clean_release_means_released() {
     // The watchdog stopped the job and released it for the dead dlock: the job failed.
     assert_eq!(next.previous, "failed");
     // Freed by that release, or at worst by the session's timeout (the ttl).
-    assert!(
-        next.freed_within(killed, Duration::from_secs(5)),
-        "the next holder got in {:?} ms after the kill",
-        next.waited_until.map(|t| t - killed)
-    );
+    next.assert_freed_within((killed, "the kill"), Duration::from_secs(5));
     assert_eq!(next_holder(&env, "job").previous, "released");
 }
 

@@ -313,11 +313,7 @@ fn a_killed_holder_frees_the_lock_within_the_ttl(env: &Env) {
     );
     let next = next_holder(env, "job");
     assert_eq!(next.previous, "failed");
-    assert!(
-        next.freed_within(killed, Duration::from_millis(2500)),
-        "the next holder got in {:?} ms after the kill",
-        next.waited_until.map(|t| t - killed)
-    );
+    next.assert_freed_within((killed, "the kill"), Duration::from_millis(2500));
 }
 
 #[test]
