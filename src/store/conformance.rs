@@ -1,8 +1,9 @@
 //! The store contract as a test suite: one async function per property of the `Store` trait,
 //! each taking a `Subject` (a way to open clients of one store, and what that store offers).
-//! Every adapter's tests are a short list of calls to these (see `tests/conformance.rs`), so a
-//! new store is written against the same suite and a difference between stores is a flag in
-//! `Caps`, never a forked copy of a test.
+//! The properties are listed once (`with_conformance_properties!`), and every store runs each
+//! of them (`tests/integration/conformance.rs` makes one test per store and property from that
+//! list), so a new store is written against the same suite and a difference between stores is
+//! a flag in `Caps`, never a forked copy of a test.
 //!
 //! Each property works in its own namespace, so all of them can run at once on one server.
 //! Waits are bounded generously and only ever fail on a store that never does the thing; no
