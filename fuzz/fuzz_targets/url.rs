@@ -3,8 +3,8 @@
 //! parses again to the same store.
 #![no_main]
 
-use dlock::store::StoreUrl;
-use dlock::store::url::{parse_with_env, split_list};
+use dlock::store::kind::Location;
+use dlock::store::url::{StoreUrl, parse_with_env, split_list};
 use libfuzzer_sys::fuzz_target;
 
 /// No environment: the run must not depend on this machine's variables.
@@ -19,12 +19,10 @@ fuzz_target!(|data: &[u8]| {
     match parse(s) {
         Ok(url) => {
             let shown = url.to_string();
-            let server = match &url {
-                StoreUrl::File { .. } => None,
-                StoreUrl::Redis(u)
-                | StoreUrl::RedisCluster(u)
-                | StoreUrl::Etcd(u)
-                | StoreUrl::Zk(u) => Some(u),
+            // Whatever the kind: every server URL has the same parts (`store::server`).
+            let server = match &url.at {
+                Location::Dir { .. } => None,
+                Location::Server(u) => Some(u),
             };
             if let Some(u) = server {
                 if let Some(p) = &u.password {

@@ -32,8 +32,9 @@ pub use reach::{Outage, show as show_outage};
 
 use crate::store::{
     self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Outcome, Previous,
-    Store, StoreError, StoreResult, StoreUrl, TagWrite,
+    Store, StoreError, StoreResult, TagWrite,
 };
+use crate::store::url::StoreUrl;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
