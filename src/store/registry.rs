@@ -225,14 +225,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn stores_are_named_as_a_sentence() {
-        assert_eq!(
-            named(),
-            "a file store, Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB"
-        );
-    }
-
     /// Cargo.toml says what the package is: a kind added to the table and not to its
     /// description fails here.
     #[test]

@@ -196,7 +196,7 @@ fn every_registered_kind_has_a_subject() {
                 .any(|s| subject == s.name.replace('+', "_"))
         };
         assert!(
-            SUBJECTS.iter().any(|s| named(&s)),
+            SUBJECTS.iter().any(named),
             "no conformance subject for {}:// (subjects: {SUBJECTS:?})",
             kind.scheme()
         );
