@@ -14,7 +14,6 @@ use tokio::time::{Instant, sleep};
 use super::down::Down;
 use super::late::{Late, Opened};
 use super::timing;
-use crate::store::registry;
 use crate::store::url::StoreUrl;
 use crate::store::{ErrorKind, Store, StoreError};
 
@@ -125,7 +124,7 @@ pub(super) async fn within(
     // What the server last said: a refusal says more than a timeout on the next try.
     let mut last: Option<StoreError> = None;
     loop {
-        let opened = tokio::time::timeout_at(deadline, registry::open(url, namespace, limit)).await;
+        let opened = tokio::time::timeout_at(deadline, url.open(namespace, limit)).await;
         let e = match opened {
             Ok(Ok(s)) => {
                 if opening.opened.fetch_add(1, Ordering::SeqCst) + 1 >= opening.need {

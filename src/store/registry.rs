@@ -1,7 +1,8 @@
 //! Every kind of store dlock knows, each declared once: its schemes, how its URLs name it
 //! (default port, several hosts or one), how a client is opened, and what it offers beyond
-//! the contract. URL parsing (`store::url`), `open`, `--help`, the package's description (by
-//! a test) and the conformance suite's subjects (by a test) all read this table.
+//! the contract. Store URLs (`store::url`: parsing, and opening the store one names), `--help`,
+//! the package's description (by a test) and the conformance suite's subjects (by a test) all
+//! read this table.
 //!
 //! A new store is its folder under `src/store/`, one entry here (and its line in `KINDS`), and
 //! its test fixture. The table sits above the adapters: it names each of them, and none of
@@ -9,10 +10,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::kind::{Address, Caps, Kind, Location, Opening, Scheme, Several};
-use super::url::StoreUrl;
+use super::kind::{Address, Caps, Kind, Opening, Scheme, Several};
 use super::{Store, StoreResult};
 use super::{etcd, file, mysql, postgres, redis, zk};
 
@@ -185,25 +184,6 @@ pub fn named() -> String {
     match names.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
         _ => names.concat(),
-    }
-}
-
-/// Connect to the store a URL names, for locks in `namespace`.
-pub async fn open(
-    url: &StoreUrl,
-    namespace: &str,
-    timeout: Duration,
-) -> StoreResult<Arc<dyn Store>> {
-    match (&url.kind.address, &url.at) {
-        (Address::Dir { open }, Location::Dir { dir, network }) => open(dir, namespace, *network),
-        (Address::Hosts { open, .. }, Location::Server(server)) => {
-            open(server, namespace, timeout).await
-        }
-        // `url::parse` reads a URL as its kind's address says; only a hand-built one differs.
-        _ => Err(super::StoreError::invalid(format!(
-            "{url}: not a location a {} store URL names",
-            url.kind.scheme()
-        ))),
     }
 }
 

@@ -7,10 +7,13 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::kind::{Address, Kind, Location};
 use super::registry;
 use super::server::{parse_server, percent_decode};
+use super::{Store, StoreError, StoreResult};
 
 /// A store URL: its kind, and where it points.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +42,23 @@ impl StoreUrl {
     /// `store::file::dir`).
     pub fn default_file() -> StoreUrl {
         StoreUrl::file(super::file::dir::default_dir().path, false)
+    }
+
+    /// Connect to the store this URL names, for locks in `namespace`, as its kind opens.
+    pub async fn open(&self, namespace: &str, timeout: Duration) -> StoreResult<Arc<dyn Store>> {
+        match (&self.kind.address, &self.at) {
+            (Address::Dir { open }, Location::Dir { dir, network }) => {
+                open(dir, namespace, *network)
+            }
+            (Address::Hosts { open, .. }, Location::Server(server)) => {
+                open(server, namespace, timeout).await
+            }
+            // `parse` reads a URL as its kind's address says; only one built by hand differs.
+            _ => Err(StoreError::invalid(format!(
+                "{self}: not a location a {} store URL names",
+                self.kind.scheme()
+            ))),
+        }
     }
 }
 

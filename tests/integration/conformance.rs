@@ -28,7 +28,8 @@ fn by_url(url: &'static str) -> Subject {
         open: Box::new(move |namespace| {
             let (namespace, parsed) = (namespace.to_string(), parsed.clone());
             Box::pin(async move {
-                registry::open(&parsed, &namespace, Duration::from_secs(5))
+                parsed
+                    .open(&namespace, Duration::from_secs(5))
                     .await
                     .unwrap_or_else(|e| panic!("open {url}: {e}"))
             })
