@@ -26,7 +26,8 @@ use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
 use dlock::engine::{Engine, Wait};
-use dlock::store::{Acquire, Mode, Outcome, StoreUrl, url};
+use dlock::store::url::{self, StoreUrl};
+use dlock::store::{Acquire, Mode, Outcome};
 
 /// A fresh request for `name`, exclusive, with a 30 s ttl.
 fn exclusive(name: &str, meta: &str) -> Acquire {
@@ -187,10 +188,7 @@ fn main() {
     let parse = |u: String| url::parse(&u).unwrap();
     let all: Vec<StoreUrl> = servers.iter().map(|s| parse(s.url())).collect();
     let dir = common::temp_dir();
-    let file = StoreUrl::File {
-        dir: dir.path().to_path_buf(),
-        network: false,
-    };
+    let file = StoreUrl::file(dir.path().to_path_buf(), false);
     let etcd = (wanted("etcd, one node") || wanted(ETCD_FLOOR)).then(EtcdServer::start);
     let zk = wanted("ZooKeeper, standalone").then(ZkServer::start);
     let pg = wanted("PostgreSQL").then(PgServer::start);

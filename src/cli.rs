@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::names;
+use crate::store::registry;
 
 /// Longest ttl or wait a user may ask for: long enough for any real lease, short enough that
 /// deadline arithmetic can never overflow on any store.
@@ -17,7 +18,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 #[command(
     name = "dlock",
     version,
-    about = "Distributed locks for shell commands, on a file store, Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB",
+    about = format!("Distributed locks for shell commands, on {}", registry::named()),
     long_about = "Distributed locks for shell commands.\n\n\
         Wrap a command with `dlock run NAME -- CMD` so two copies never run at once, take and \
         release locks from scripts with `lock`/`unlock`, and see who holds one with `inspect`. \
@@ -40,10 +41,9 @@ pub struct Cli {
 
 #[derive(Args, Debug)]
 pub struct GlobalArgs {
-    #[arg(long = "store", value_name = "URL", global = true, help = concat!(
-        "Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: ",
-        crate::store_schemes!(),
-        "]"
+    #[arg(long = "store", value_name = "URL", global = true, help = format!(
+        "Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: {}]",
+        registry::schemes()
     ))]
     pub stores: Vec<String>,
 

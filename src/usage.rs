@@ -63,35 +63,7 @@ fn explain(e: &clap::Error, argv: &[String]) -> String {
         }
         ErrorKind::UnknownArgument => {
             let arg = context(ContextKind::InvalidArg).unwrap_or_default();
-            if let Some(word) = single_dash_word(&arg, argv) {
-                let long = word.trim_start_matches('-');
-                let flags = long_flags(sub.as_deref());
-                let hint = match closest(long, flags.iter().map(String::as_str)) {
-                    Some(f) => format!(": did you mean '--{f}'?"),
-                    None => format!(
-                        ", but dlock{} has no flag like '--{long}' either",
-                        sub.as_deref().map(|s| format!(" {s}")).unwrap_or_default()
-                    ),
-                };
-                return format!(
-                    "unexpected argument '{word}' (a long flag takes two dashes{hint})"
-                );
-            }
-            let tip = match tip {
-                // Meant for values that look like flags; in dlock the words after `--` are a
-                // command, so following it would run the mistyped flag.
-                Some(t) if t.starts_with("to pass") => None,
-                t => t,
-            };
-            match (tip, sub.as_deref()) {
-                (Some(t), _) => format!("{first} ({t})"),
-                (None, Some(s @ ("run" | "run-with-lock" | "multilock"))) => format!(
-                    "{first}: not a flag of dlock {s} (the command to run goes after '--': \
-                     dlock {s} NAME [FLAGS] -- CMD)"
-                ),
-                (None, Some(s)) => format!("{first}: not a flag of dlock {s}"),
-                (None, None) => first,
-            }
+            unknown_argument(first, &arg, tip, sub.as_deref(), argv)
         }
         _ => {
             // "[possible values: a, b]" is on its own line: keep it on this one.
@@ -106,6 +78,43 @@ fn explain(e: &clap::Error, argv: &[String]) -> String {
                 (None, None) => first,
             }
         }
+    }
+}
+
+/// An argument no flag takes: a long flag given one dash, or a word that is not a flag here.
+fn unknown_argument(
+    first: String,
+    arg: &str,
+    tip: Option<&str>,
+    sub: Option<&str>,
+    argv: &[String],
+) -> String {
+    if let Some(word) = single_dash_word(arg, argv) {
+        let long = word.trim_start_matches('-');
+        let flags = long_flags(sub);
+        let hint = match closest(long, flags.iter().map(String::as_str)) {
+            Some(f) => format!(": did you mean '--{f}'?"),
+            None => format!(
+                ", but dlock{} has no flag like '--{long}' either",
+                sub.map(|s| format!(" {s}")).unwrap_or_default()
+            ),
+        };
+        return format!("unexpected argument '{word}' (a long flag takes two dashes{hint})");
+    }
+    let tip = match tip {
+        // Meant for values that look like flags; in dlock the words after `--` are a
+        // command, so following it would run the mistyped flag.
+        Some(t) if t.starts_with("to pass") => None,
+        t => t,
+    };
+    match (tip, sub) {
+        (Some(t), _) => format!("{first} ({t})"),
+        (None, Some(s @ ("run" | "run-with-lock" | "multilock"))) => format!(
+            "{first}: not a flag of dlock {s} (the command to run goes after '--': \
+             dlock {s} NAME [FLAGS] -- CMD)"
+        ),
+        (None, Some(s)) => format!("{first}: not a flag of dlock {s}"),
+        (None, None) => first,
     }
 }
 

@@ -1,67 +1,14 @@
 //! `dlock inspect`: who holds a lock, its fence, its waiters, and each store's view.
 
-use serde::Serialize;
 use serde_json::json;
 
 use super::Ctx;
 use super::engine_error;
 use crate::cli::InspectArgs;
-use crate::engine::EngineError;
+use crate::engine::{Merged, NameView, QuorumHolder};
 use crate::exit::Result;
-use crate::output::printable;
-use crate::store::{ErrorKind, Holder, LockState, Previous, StoreError, Waiter};
-
-/// A holder as the quorum sees it: the owner's lease on how many stores.
-#[derive(Serialize, Clone)]
-pub struct QuorumHolder {
-    #[serde(flatten)]
-    pub holder: Holder,
-    pub stores: usize,
-}
-
-/// One name's state over all stores that answered.
-pub struct Merged {
-    /// Owners that hold it on a majority (on one store: every holder).
-    pub holders: Vec<QuorumHolder>,
-    /// Owners that hold it on some stores but not a majority.
-    pub partial: Vec<QuorumHolder>,
-    pub waiters: Vec<Waiter>,
-    pub fence: u64,
-    pub previous: Previous,
-}
-
-pub fn merge(states: &[&LockState], need: usize) -> Merged {
-    let mut by_owner: Vec<QuorumHolder> = Vec::new();
-    for st in states {
-        for h in &st.holders {
-            match by_owner.iter_mut().find(|q| q.holder.owner == h.owner) {
-                Some(q) => {
-                    q.stores += 1;
-                    q.holder.ttl_left_ms = q.holder.ttl_left_ms.min(h.ttl_left_ms);
-                    q.holder.fence = q.holder.fence.max(h.fence);
-                }
-                None => by_owner.push(QuorumHolder {
-                    holder: h.clone(),
-                    stores: 1,
-                }),
-            }
-        }
-    }
-    by_owner.sort_by_key(|q| q.holder.fence);
-    let (holders, partial) = by_owner.into_iter().partition(|q| q.stores >= need);
-    Merged {
-        holders,
-        partial,
-        waiters: states
-            .iter()
-            .map(|s| &s.waiters)
-            .find(|w| !w.is_empty())
-            .cloned()
-            .unwrap_or_default(),
-        fence: states.iter().map(|s| s.fence).max().unwrap_or(0),
-        previous: states.iter().map(|s| s.previous).max().unwrap_or_default(),
-    }
-}
+use crate::output::{Output, printable};
+use crate::store::Holder;
 
 /// The owner as people name machines: user@host pid N.
 pub fn who(h: &Holder) -> String {
@@ -90,41 +37,16 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
     let shard = ctx.shards.index_of(&args.name);
     let engine = &ctx.shards.all()[shard].engine;
     // A plain client is told when a store is a shard of a list (issue 26), at no extra wait.
-    let (results, shard_records) =
-        tokio::join!(engine.inspect(&args.name), ctx.shards.shard_records());
+    let (view, shard_records) = tokio::join!(engine.view(&args.name), ctx.shards.shard_records());
     for (store, fp) in &shard_records {
         ctx.out.warn(&format!(
             "{store} is a shard of a shard list (fingerprint {fp}): use that list's --shard \
              flags; without them lock, run and multilock are refused"
         ));
     }
-    let need = engine.majority();
-    let answered: Vec<&LockState> = results
-        .iter()
-        .filter_map(|(_, r, _)| r.as_ref().ok())
-        .collect();
-    if answered.len() < need {
-        let errors = results
-            .iter()
-            .filter_map(|(_, r, _)| r.as_ref().err())
-            .map(|e| match e.kind() {
-                ErrorKind::Refused => e.clone(),
-                _ => StoreError::unavailable(e.to_string()),
-            });
-        let refused = errors.clone().any(|e| e.kind() == ErrorKind::Refused);
-        let msg: Vec<String> = errors.map(|e| e.to_string()).collect();
-        let msg = msg.join("; ");
-        return Err(engine_error(if refused {
-            EngineError::Refused(msg)
-        } else {
-            EngineError::Unavailable(msg)
-        }));
-    }
-    let merged = merge(&answered, need);
-    let held_on = answered.iter().filter(|s| !s.holders.is_empty()).count();
-    let unreachable = results.len() - answered.len();
-    let quorum = results.len() > 1;
-    for (store, _, warnings) in &results {
+    let view = view.quorate().map_err(engine_error)?;
+    let quorum = view.stores.len() > 1;
+    for (store, _, warnings) in &view.stores {
         if ctx.out.verbose()
             && let Some(why) = crate::store::file::dir::explain(store)
         {
@@ -139,10 +61,43 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
     // Which shard holds the name, when there are several.
     let on_shard = ctx.shards.is_sharded().then(|| {
         let n = ctx.shards.all().len();
-        (shard + 1, n, &ctx.shards.all()[shard].label)
+        (shard + 1, n, ctx.shards.all()[shard].label.as_str())
     });
+    let shown = Shown {
+        name: &args.name,
+        merged: view.merged(),
+        view: &view,
+        on_shard,
+    };
     if ctx.out.json {
-        let stores: Vec<_> = results
+        ctx.out.json_value(&shown.json(&ctx.namespace));
+    } else {
+        shown.print(&ctx.out);
+    }
+    Ok(0)
+}
+
+/// What `inspect` shows of a name.
+struct Shown<'a> {
+    name: &'a str,
+    view: &'a NameView,
+    /// The name over a majority of the stores.
+    merged: Merged,
+    /// The shard that holds the name (1-based), of how many, and its stores, when sharded.
+    on_shard: Option<(usize, usize, &'a str)>,
+}
+
+impl Shown<'_> {
+    /// How many of the stores that answered show a holder.
+    fn held_on(&self) -> usize {
+        let answered = self.view.answered();
+        answered.iter().filter(|s| !s.holders.is_empty()).count()
+    }
+
+    fn json(&self, namespace: &str) -> serde_json::Value {
+        let (view, merged) = (self.view, &self.merged);
+        let stores: Vec<_> = view
+            .stores
             .iter()
             .map(|(store, r, warnings)| match r {
                 Ok(st) => json!({
@@ -155,9 +110,11 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                 Err(e) => json!({ "store": store, "state": "unreachable", "error": e.to_string(), "warnings": warnings }),
             })
             .collect();
+        let answered = view.answered().len();
+        let held_on = self.held_on();
         let mut v = json!({
-            "name": args.name,
-            "namespace": ctx.namespace,
+            "name": self.name,
+            "namespace": namespace,
             "held": !merged.holders.is_empty(),
             "holders": holders_json(&merged.holders),
             "waiters": merged.waiters,
@@ -165,80 +122,62 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
             "previous": merged.previous,
             "previous_exit": merged.previous.exit(),
             "quorum": {
-                "stores": results.len(),
-                "need": need,
+                "stores": view.stores.len(),
+                "need": view.need,
                 "held": held_on,
-                "free": answered.len() - held_on,
-                "unreachable": unreachable,
+                "free": answered - held_on,
+                "unreachable": view.stores.len() - answered,
             },
             "stores": stores,
         });
-        if let Some((i, n, label)) = on_shard {
+        if let Some((i, n, label)) = self.on_shard {
             v["shard"] = json!({ "shard": i, "of": n, "stores": label });
         }
-        ctx.out.json_value(&v);
-        return Ok(0);
+        v
     }
-    let out = &ctx.out;
-    let state = if merged.holders.is_empty() {
-        out.paint("free", |s| colored::Colorize::green(s))
-    } else {
-        out.paint("held", |s| colored::Colorize::red(s))
-    };
-    out.line(&format!("{}  {state}", args.name));
-    if let Some((i, n, label)) = on_shard {
-        out.line(&format!("  shard     {i} of {n}: {label}"));
-    }
-    for q in &merged.holders {
-        let h = &q.holder;
-        let since = h
-            .meta
-            .get("acquired_at")
-            .and_then(|v| v.as_str())
-            .map_or("?".into(), printable);
-        out.line(&format!(
-            "  holder    {}  {}  {}  since {since}  expires in {}  fence {}",
-            h.owner,
-            h.mode,
-            who(h),
-            expires(h.ttl_left_ms),
-            h.fence
-        ));
-        if let Some(cmd) = h
-            .meta
-            .get("command")
-            .and_then(|v| v.as_str())
-            .filter(|c| !c.is_empty())
-        {
-            out.line(&format!("            command: {}", printable(cmd)));
+
+    fn print(&self, out: &Output) {
+        let merged = &self.merged;
+        let state = if merged.holders.is_empty() {
+            out.paint("free", |s| colored::Colorize::green(s))
+        } else {
+            out.paint("held", |s| colored::Colorize::red(s))
+        };
+        out.line(&format!("{}  {state}", self.name));
+        if let Some((i, n, label)) = self.on_shard {
+            out.line(&format!("  shard     {i} of {n}: {label}"));
         }
-        if let Some(reason) = crate::meta::field(&h.meta, "reason") {
-            out.line(&format!(
-                "            reason: {}",
-                crate::meta::printable(reason)
-            ));
+        for q in &merged.holders {
+            print_holder(out, &q.holder);
         }
-        if let Some(ci) = crate::meta::field(&h.meta, "ci") {
-            out.line(&format!("            ci: {}", crate::meta::printable(ci)));
+        out.line(&format!("  fence     {}", merged.fence));
+        out.line(&format!("  previous  {}", merged.previous));
+        if !merged.waiters.is_empty() {
+            let w: Vec<String> = merged
+                .waiters
+                .iter()
+                .map(|w| format!("{} ({})", w.owner, w.mode))
+                .collect();
+            out.line(&format!("  waiters   {}: {}", w.len(), w.join(", ")));
+        }
+        if self.view.stores.len() > 1 {
+            self.print_stores(out);
         }
     }
-    out.line(&format!("  fence     {}", merged.fence));
-    out.line(&format!("  previous  {}", merged.previous));
-    if !merged.waiters.is_empty() {
-        let w: Vec<String> = merged
-            .waiters
-            .iter()
-            .map(|w| format!("{} ({})", w.owner, w.mode))
-            .collect();
-        out.line(&format!("  waiters   {}: {}", w.len(), w.join(", ")));
-    }
-    if quorum {
-        let mut summary = format!("{held_on}/{} held", results.len());
+
+    /// Each store's answer, and the owners that hold the name on some stores but no majority.
+    fn print_stores(&self, out: &Output) {
+        let stores = &self.view.stores;
+        let unreachable = stores.len() - self.view.answered().len();
+        let mut summary = format!("{}/{} held", self.held_on(), stores.len());
         if unreachable > 0 {
             summary.push_str(&format!(", {unreachable} unreachable"));
         }
-        out.line(&format!("  stores    {summary} (majority {need})"));
-        for (store, r, _) in &results {
+        out.line(&format!(
+            "  stores    {summary} (majority {})",
+            self.view.need
+        ));
+        for (store, r, _) in stores {
             let s = match r {
                 Ok(st) if st.holders.is_empty() => "free".to_string(),
                 Ok(st) => format!(
@@ -251,21 +190,51 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
                 ),
                 Err(e) => {
                     let e = e.to_string();
-                    let detail = e
-                        .strip_prefix(&format!("{store}: "))
-                        .unwrap_or(&e)
-                        .to_string();
+                    let detail = e.strip_prefix(&format!("{store}: ")).unwrap_or(&e);
                     format!("unreachable: {detail}")
                 }
             };
             out.line(&format!("            {store}  {s}"));
         }
-        for q in &merged.partial {
+        for q in &self.merged.partial {
             out.line(&format!(
                 "  partial   {} on {} store(s), not a majority",
                 q.holder.owner, q.stores
             ));
         }
     }
-    Ok(0)
+}
+
+/// A holder's lines: who, since when, until when, its fence, and what it said of itself.
+fn print_holder(out: &Output, h: &Holder) {
+    let since = h
+        .meta
+        .get("acquired_at")
+        .and_then(|v| v.as_str())
+        .map_or("?".into(), printable);
+    out.line(&format!(
+        "  holder    {}  {}  {}  since {since}  expires in {}  fence {}",
+        h.owner,
+        h.mode,
+        who(h),
+        expires(h.ttl_left_ms),
+        h.fence
+    ));
+    if let Some(cmd) = h
+        .meta
+        .get("command")
+        .and_then(|v| v.as_str())
+        .filter(|c| !c.is_empty())
+    {
+        out.line(&format!("            command: {}", printable(cmd)));
+    }
+    if let Some(reason) = crate::meta::field(&h.meta, "reason") {
+        out.line(&format!(
+            "            reason: {}",
+            crate::meta::printable(reason)
+        ));
+    }
+    if let Some(ci) = crate::meta::field(&h.meta, "ci") {
+        out.line(&format!("            ci: {}", crate::meta::printable(ci)));
+    }
 }

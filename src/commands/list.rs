@@ -1,18 +1,15 @@
 //! `dlock list [PREFIX]`: the locks that are held, one line each.
 
-use std::collections::BTreeMap;
-
 use futures_util::future::join_all;
 use serde_json::json;
 
 use super::Ctx;
 use super::engine_error;
-use super::inspect::{Merged, expires, merge, who};
+use super::inspect::{expires, who};
 use crate::cli::ListArgs;
-use crate::engine::{Engine, EngineError};
+use crate::engine::Merged;
 use crate::exit::Result;
 use crate::meta::{field, printable};
-use crate::store::LockState;
 
 /// `  reason: TEXT  ci: URL`, escaped, for a holder that gave them.
 fn why(meta: &serde_json::Value) -> String {
@@ -26,46 +23,15 @@ fn why(meta: &serde_json::Value) -> String {
     s
 }
 
-/// The held names of one shard, each merged over the shard's stores.
-async fn shard_rows(engine: &Engine, prefix: &str) -> Result<Vec<(String, Merged)>> {
-    let results = engine.list(prefix).await;
-    let need = engine.majority();
-    let mut errors = Vec::new();
-    let mut by_name: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
-    let mut answered = 0;
-    for (_, r) in results {
-        match r {
-            Ok(states) => {
-                answered += 1;
-                for st in states {
-                    by_name.entry(st.name.clone()).or_default().push(st);
-                }
-            }
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
-    if answered < need {
-        return Err(engine_error(EngineError::Unavailable(errors.join("; "))));
-    }
-    let mut rows = Vec::new();
-    for (name, states) in by_name {
-        let refs: Vec<&LockState> = states.iter().collect();
-        let m = merge(&refs, need);
-        if !m.holders.is_empty() {
-            rows.push((name, m));
-        }
-    }
-    Ok(rows)
-}
-
 pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
     // Every shard at once; a shard without a majority fails the whole list, as a store
     // quorum without one does.
     let all = ctx.shards.all();
-    let per_shard = join_all(all.iter().map(|s| shard_rows(&s.engine, &args.prefix))).await;
+    let per_shard = join_all(all.iter().map(|s| s.engine.held(&args.prefix))).await;
     let mut rows: Vec<(usize, String, Merged)> = Vec::new();
     for (i, r) in per_shard.into_iter().enumerate() {
-        rows.extend(r?.into_iter().map(|(name, m)| (i, name, m)));
+        let held = r.map_err(engine_error)?;
+        rows.extend(held.into_iter().map(|(name, m)| (i, name, m)));
     }
     rows.sort_by(|a, b| a.1.cmp(&b.1));
     let sharded = ctx.shards.is_sharded();

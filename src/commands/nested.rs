@@ -12,9 +12,8 @@
 use std::os::unix::process::CommandExt;
 
 use super::Ctx;
-use super::inspect::merge;
 use crate::exit::{Error, Result};
-use crate::store::{LockState, Mode};
+use crate::store::Mode;
 
 /// Whether this `run` of one of `names` in `mode` is inside a job that holds it on these
 /// stores: then the command is to run at once. Err (64) when the job holds it in a mode that
@@ -50,15 +49,10 @@ pub async fn inside_holder(ctx: &Ctx, names: &[String], mode: Mode) -> Result<bo
 
 /// The mode `token` holds `name` in, if a majority of the stores still show its lease.
 async fn holding(ctx: &Ctx, name: &str, token: &str) -> Option<Mode> {
-    let engine = ctx.shards.engine(name);
-    let results = engine.inspect(name).await;
-    let states: Vec<&LockState> = results
-        .iter()
-        .filter_map(|(_, r, _)| r.as_ref().ok())
-        .collect();
+    let view = ctx.shards.engine(name).view(name).await;
     // Stores show an owner by its token's first digits, never by the token itself.
     let owner = crate::names::owner_id(token);
-    merge(&states, engine.majority())
+    view.merged()
         .holders
         .into_iter()
         .find(|q| q.holder.owner == owner && q.holder.ttl_left_ms > 0)

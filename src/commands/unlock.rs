@@ -4,12 +4,11 @@ use serde_json::json;
 
 use super::Ctx;
 use super::engine_error;
-use super::inspect::{QuorumHolder, merge};
 use crate::cli::UnlockArgs;
-use crate::engine::EngineError;
+use crate::engine::{EngineError, QuorumHolder, merge};
 use crate::exit::{Error, Result};
 use crate::meta;
-use crate::store::{LockState, Outcome};
+use crate::store::Outcome;
 
 pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
     let names = vec![args.name.clone()];
@@ -79,10 +78,6 @@ pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
 
 /// Every holder any store reports for `name` (a failed read only means less to report).
 async fn holders(ctx: &Ctx, name: &str) -> Vec<QuorumHolder> {
-    let results = ctx.shards.engine(name).inspect(name).await;
-    let answered: Vec<&LockState> = results
-        .iter()
-        .filter_map(|(_, r, _)| r.as_ref().ok())
-        .collect();
-    merge(&answered, 1).holders
+    let view = ctx.shards.engine(name).view(name).await;
+    merge(&view.answered(), 1).holders
 }

@@ -23,7 +23,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
 
 use crate::engine::{Engine, show_outage};
 
-use super::inspect::{QuorumHolder, merge};
+use crate::engine::{QuorumHolder, merge};
 use crate::events::Events;
 use crate::meta::{self, compact, printable};
 use crate::output::Output;
@@ -437,6 +437,54 @@ async fn until_outage(engines: &[&Engine]) {
     }
 }
 
+/// A store that is unreachable: (its engine, its index), since when, its description and why.
+type Down = ((usize, usize), Instant, String, String);
+
+/// Tell of the stores in `now` and not in `known` that they went away, and of those in `known`
+/// and not in `now` that they came back: as events, and to `-v` through `print`.
+fn tell_changes(
+    known: &[Down],
+    now: &[Down],
+    names: &[String],
+    events: &Events,
+    print: Option<&Output>,
+    retrying: &dyn Fn(usize) -> bool,
+) {
+    for (key, _, store, error) in now {
+        if !known.iter().any(|k| k.0 == *key) {
+            events.emit(
+                "store-unreachable",
+                names,
+                json!({ "store": store, "error": error }),
+            );
+            match print {
+                Some(out) if retrying(key.0) => {
+                    out.debug(&format!("{}; retrying", printable(error)))
+                }
+                Some(out) => out.debug(&printable(error)),
+                None => {}
+            }
+        }
+    }
+    for (key, since, store, _) in known {
+        if !now.iter().any(|k| k.0 == *key) {
+            let down = since.elapsed();
+            events.emit(
+                "store-back",
+                names,
+                json!({ "store": store, "unreachable_ms": down.as_millis() as u64 }),
+            );
+            if let Some(out) = print {
+                out.debug(&format!(
+                    "{}: back after {}",
+                    printable(store),
+                    show_outage(down)
+                ));
+            }
+        }
+    }
+}
+
 /// How often `-v` repeats that a store is still unreachable.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(5);
 
@@ -458,7 +506,7 @@ pub async fn follow_reach(
     }
     let mut changes: Vec<_> = engines.iter().map(|e| e.reach_changes()).collect();
     // Per store (by engine and index): when it went away.
-    let current = || -> Vec<((usize, usize), Instant, String, String)> {
+    let current = || -> Vec<Down> {
         engines
             .iter()
             .enumerate()
@@ -495,37 +543,7 @@ pub async fn follow_reach(
             }
         }
         let now = current();
-        for (key, _, store, error) in &now {
-            if !known.iter().any(|k| k.0 == *key) {
-                events.emit(
-                    "store-unreachable",
-                    names,
-                    json!({ "store": store, "error": error }),
-                );
-                if print && retrying(key.0) {
-                    out.debug(&format!("{}; retrying", printable(error)));
-                } else if print {
-                    out.debug(&printable(error));
-                }
-            }
-        }
-        for (key, since, store, _) in &known {
-            if !now.iter().any(|k| k.0 == *key) {
-                let down = since.elapsed();
-                events.emit(
-                    "store-back",
-                    names,
-                    json!({ "store": store, "unreachable_ms": down.as_millis() as u64 }),
-                );
-                if print {
-                    out.debug(&format!(
-                        "{}: back after {}",
-                        printable(store),
-                        show_outage(down)
-                    ));
-                }
-            }
-        }
+        tell_changes(&known, &now, names, events, print.then_some(out), &retrying);
         known = now;
     }
 }

@@ -7,12 +7,15 @@
 
 mod amnesia;
 mod down;
+mod error;
 mod fan;
 pub mod fence;
+mod free;
 mod late;
 mod open;
 mod reach;
 pub mod timing;
+mod view;
 
 #[cfg(test)]
 mod amnesia_tests;
@@ -29,39 +32,16 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
+pub use view::{Merged, NameView, QuorumHolder, merge};
 
+pub use error::{EngineError, NOT_WAITED};
+use error::{gone_message, unreachable};
+
+use crate::store::url::StoreUrl;
 use crate::store::{
-    self, Acquire, Attempt, ErrorKind, Granted, Listener, LockState, MAX_POLL, Outcome, Previous,
-    Store, StoreError, StoreResult, StoreUrl, TagWrite,
+    Acquire, Attempt, ErrorKind, Granted, Listener, MAX_POLL, Outcome, Previous, Store, StoreError,
+    StoreResult, TagWrite,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("not acquired: the lock is held by someone else")]
-    NotAcquired,
-    /// Too few stores answered for a majority.
-    #[error("{0}")]
-    Unavailable(String),
-    /// A store refused us (authentication, permission), and without it there is no majority.
-    #[error("{0}")]
-    Refused(String),
-    /// The lease can no longer be held by a majority.
-    #[error("{0}")]
-    Lost(String),
-    /// What was asked cannot be done by a store as it is set up (a usage error).
-    #[error("{0}")]
-    Invalid(String),
-    /// A store's configuration can never allow what was asked (exit 78).
-    #[error("{0}")]
-    Config(String),
-    /// The token does not hold the lock (on enough stores).
-    #[error("the token does not hold the lock")]
-    NotHolder,
-}
-
-/// Said by a wait that ends at once because its stores never answered this process: a wrong
-/// URL fails fast, so `-w` did not apply (the checker tells these from a wait cut short).
-pub const NOT_WAITED: &str = "no answer since dlock started, so not waited for";
 
 /// How long `acquire` may wait for a busy lock.
 #[derive(Clone, Copy, Debug)]
@@ -394,22 +374,19 @@ impl Engine {
             .map(|(i, e)| match self.reach.down_since(i) {
                 Some(since) if rode_out => {
                     let desc = self.stores[i].describe();
-                    let why = e.message().strip_prefix(desc).unwrap_or(e.message());
-                    let why = why.strip_prefix(": ").unwrap_or(why);
-                    StoreError::new(
-                        e.kind(),
-                        format!(
-                            "{desc}: unreachable for {}: {why}",
-                            reach::show(since.elapsed())
-                        ),
-                    )
+                    e.reworded(|m| {
+                        let why = m.strip_prefix(desc).unwrap_or(m);
+                        let why = why.strip_prefix(": ").unwrap_or(why);
+                        let down = reach::show(since.elapsed());
+                        format!("{desc}: unreachable for {down}: {why}")
+                    })
                 }
                 _ => e,
             })
             .collect();
         match unreachable(errors, self.stores.len(), self.majority()) {
-            EngineError::Unavailable(m) if unheard => {
-                EngineError::Unavailable(format!("{m} ({NOT_WAITED})"))
+            EngineError::Stores(e) if unheard && e.kind() == ErrorKind::Unavailable => {
+                EngineError::Stores(e.reworded(|m| format!("{m} ({NOT_WAITED})")))
             }
             other => other,
         }
@@ -454,94 +431,6 @@ impl Engine {
             .into_iter()
             .filter_map(|(_, r)| r.ok())
             .collect()
-    }
-
-    /// Until `name` is free on a majority of stores (no live holder of any mode), without
-    /// taking it or joining its queue: `dlock wait`. Woken by the stores' listeners where they
-    /// tell a watcher that holds no queue entry (the file store's inotify), and otherwise by
-    /// a bounded poll (`MAX_POLL`, or the holders' expiry if sooner). `busy` counts the reads
-    /// that found it held, as for `acquire_reporting`.
-    pub async fn wait_free(
-        &self,
-        name: &str,
-        wait: Wait,
-        busy: Option<&tokio::sync::watch::Sender<u32>>,
-    ) -> Result<(), EngineError> {
-        let need = self.majority();
-        let give_up_at = wait.give_up_at();
-        // Listeners are opened for a request; this one is never sent as an attempt.
-        let probe = Acquire {
-            names: vec![name.to_string()],
-            modes: vec![store::Mode::Exclusive],
-            token: crate::names::new_token(),
-            ttl: Duration::from_secs(30),
-            meta: String::new(),
-            detached: false,
-        };
-        let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
-        let mut erred: Vec<usize> = Vec::new();
-        let mut rode_out = false;
-        loop {
-            let results = self
-                .fan_out_until(
-                    &self.all(),
-                    |s| s.inspect(name),
-                    |done| free_decided(done, need),
-                    Linger::No,
-                )
-                .await;
-            let (mut free, mut held, mut errors) = (0, 0, Vec::new());
-            let mut retry_after: Option<Duration> = None;
-            for (i, r) in results {
-                if r.is_ok() {
-                    self.reach.served(i);
-                }
-                match r {
-                    Ok(st) if st.holders.is_empty() => free += 1,
-                    Ok(st) => {
-                        held += 1;
-                        // Free on this store when its last holder's lease runs out.
-                        let left = st.holders.iter().map(|h| h.ttl_left_ms).max().unwrap_or(0);
-                        let left = Duration::from_millis(left + 1);
-                        retry_after = Some(retry_after.map_or(left, |r: Duration| r.min(left)));
-                    }
-                    Err(e) => errors.push((i, e)),
-                }
-            }
-            if free >= need {
-                return Ok(());
-            }
-            let back = erred.iter().any(|i| !errors.iter().any(|(j, _)| j == i));
-            erred = errors.iter().map(|(i, _)| *i).collect();
-            if free + held < need {
-                if let Some(pause) = self.ride_out(wait, give_up_at, &errors) {
-                    rode_out = true;
-                    sleep(pause).await;
-                    continue;
-                }
-                return Err(self.unreachable_after(errors, rode_out, wait));
-            }
-            let now = Instant::now();
-            if matches!(wait, Wait::No) || give_up_at.is_some_and(|g| now >= g) {
-                return Err(EngineError::NotAcquired);
-            }
-            if let Some(b) = busy {
-                b.send_modify(|n| *n = n.wrapping_add(1));
-            }
-            if back {
-                listeners = None;
-            }
-            let Some(ls) = listeners.as_mut() else {
-                // Listen before reading again, so no release slips between the two.
-                listeners = Some(self.listen_all(&probe).await);
-                continue;
-            };
-            let mut pause = retry_after.map_or(MAX_POLL, |r| r.min(MAX_POLL));
-            if let Some(g) = give_up_at {
-                pause = pause.min(g - now);
-            }
-            wait_any(ls, pause).await;
-        }
     }
 
     /// Renew a held lease. Ok: the deadline moved. Err(Lost): a majority can no longer hold
@@ -618,31 +507,6 @@ impl Engine {
         )
     }
 
-    /// What each store knows of `name`, in store order, with setup warnings. The warnings are
-    /// read inside the same bounded fan-out: a store that stops answering after it connected
-    /// shows as unreachable instead of holding the whole command up.
-    pub async fn inspect(&self, name: &str) -> Vec<(String, StoreResult<LockState>, Vec<String>)> {
-        let states = self
-            .fan_out_majority(
-                |s| async move {
-                    let (st, w) = futures_util::join!(s.inspect(name), s.warnings());
-                    st.map(|st| (st, w))
-                },
-                Linger::Pace,
-            )
-            .await;
-        states
-            .into_iter()
-            .map(|(i, r)| {
-                let (r, w) = match r {
-                    Ok((st, w)) => (Ok(st), w),
-                    Err(e) => (Err(e), Vec::new()),
-                };
-                (self.stores[i].describe().to_string(), r, w)
-            })
-            .collect()
-    }
-
     /// Every store's shard-list record (`Store::shard_list`), written as `write` says, in
     /// store order. A majority's answers are enough: the records are only ever judged by
     /// majorities (see `crate::shard::record`), and a store that does not answer in time is
@@ -652,14 +516,6 @@ impl Engine {
             .await
             .into_iter()
             .map(|(_, r)| r)
-            .collect()
-    }
-
-    pub async fn list(&self, prefix: &str) -> Vec<(String, StoreResult<Vec<LockState>>)> {
-        self.fan_out_majority(|s| s.list(prefix), Linger::Pace)
-            .await
-            .into_iter()
-            .map(|(i, r)| (self.stores[i].describe().to_string(), r))
             .collect()
     }
 
@@ -677,33 +533,6 @@ impl Engine {
     }
 }
 
-/// The one error to report when too few stores answered: refused wins (exit 77), otherwise
-/// unavailable (exit 69); either way every failing store is named on one line.
-fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
-    let refused = errors.iter().any(|e| e.kind() == ErrorKind::Refused);
-    let invalid = errors.iter().any(|e| e.kind() == ErrorKind::Invalid);
-    let config = errors.iter().any(|e| e.kind() == ErrorKind::Config);
-    let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-    let mut msg = detail.join("; ");
-    if n > 1 {
-        msg = format!(
-            "no majority of stores reachable ({} of {n} failed, {need} needed): {msg}",
-            errors.len()
-        );
-    }
-    if invalid {
-        EngineError::Invalid(msg)
-    } else if config {
-        // Before refused: a setting to change says more than a permission, and neither is
-        // worth a retry.
-        EngineError::Config(msg)
-    } else if refused {
-        EngineError::Refused(msg)
-    } else {
-        EngineError::Unavailable(msg)
-    }
-}
-
 /// `req` as one grant attempt sends it: its metadata stamped now, so that a grant says when
 /// it was made, not when dlock started to wait for it.
 fn stamped(req: &Acquire) -> Acquire {
@@ -711,37 +540,6 @@ fn stamped(req: &Acquire) -> Acquire {
         meta: crate::meta::restamped(&req.meta),
         ..req.clone()
     }
-}
-
-/// Why a renewal found the lease gone from `no` of `n` stores, with the reasons some gave.
-fn gone_message(why: &[String], no: usize, n: usize) -> String {
-    match (why, n) {
-        ([one], 1) => one.clone(),
-        ([], 1) => "the lease is no longer held by the store (taken by `unlock --force`, run out, \
-                    or the store's data deleted)"
-            .into(),
-        ([], _) => {
-            format!("the lease is no longer held by a majority ({no} of {n} stores say it is gone)")
-        }
-        _ => format!(
-            "the lease is no longer held by a majority ({no} of {n} stores say it is gone: {})",
-            why.join("; ")
-        ),
-    }
-}
-
-/// For `wait_free`'s reads: decided once a majority says the name is free, or a majority
-/// says it is held (the rest cannot make it free).
-fn free_decided(done: &[(usize, StoreResult<LockState>)], need: usize) -> bool {
-    let free = done
-        .iter()
-        .filter(|(_, r)| r.as_ref().is_ok_and(|st| st.holders.is_empty()))
-        .count();
-    let held = done
-        .iter()
-        .filter(|(_, r)| r.as_ref().is_ok_and(|st| !st.holders.is_empty()))
-        .count();
-    free >= need || held >= need
 }
 
 fn name_store(s: &dyn Store, e: StoreError) -> StoreError {

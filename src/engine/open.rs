@@ -14,7 +14,8 @@ use tokio::time::{Instant, sleep};
 use super::down::Down;
 use super::late::{Late, Opened};
 use super::timing;
-use crate::store::{self, ErrorKind, Store, StoreError, StoreUrl};
+use crate::store::url::StoreUrl;
+use crate::store::{ErrorKind, Store, StoreError};
 
 /// Open every store at once and answer once each has opened or failed, or a majority has
 /// opened: a store that accepts the connection and never answers then costs nothing, and its
@@ -61,7 +62,7 @@ pub(super) async fn all(
                     Some(Ok(s)) => s,
                     Some(Err(error)) => Arc::new(Down {
                         desc: url.to_string(),
-                        local: matches!(url, crate::store::url::StoreUrl::File { .. }),
+                        local: url.kind.local(),
                         error,
                     }) as Arc<dyn Store>,
                     None => Arc::new(Late {
@@ -123,7 +124,7 @@ pub(super) async fn within(
     // What the server last said: a refusal says more than a timeout on the next try.
     let mut last: Option<StoreError> = None;
     loop {
-        let opened = tokio::time::timeout_at(deadline, store::open(url, namespace, limit)).await;
+        let opened = tokio::time::timeout_at(deadline, url.open(namespace, limit)).await;
         let e = match opened {
             Ok(Ok(s)) => {
                 if opening.opened.fetch_add(1, Ordering::SeqCst) + 1 >= opening.need {

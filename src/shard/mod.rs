@@ -21,7 +21,8 @@ use futures_util::future::join_all;
 use tokio::time::{Instant, sleep};
 
 use crate::engine::{Engine, EngineError, Lease, Tally, Wait, timing};
-use crate::store::{Acquire, Outcome, StoreError, StoreUrl};
+use crate::store::url::StoreUrl;
+use crate::store::{Acquire, Outcome, StoreError};
 
 pub struct Shard {
     /// The shard's stores as messages show them (secrets redacted), sorted, comma-separated:

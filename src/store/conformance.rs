@@ -19,43 +19,8 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::{Acquire, Attempt, Granted, Mode, Outcome, Previous, Store};
 
-/// What one store offers beyond the common contract.
-#[derive(Clone, Copy, Debug)]
-pub struct Caps {
-    /// `inspect` lists the waiter a queued attempt registered (etcd and ZooKeeper queues,
-    /// Redis's wake-up list, the file store's queue).
-    pub shows_waiters: bool,
-    /// Waiters are served in queue order: a shared attempt does not pass a queued exclusive
-    /// one (etcd revisions, ZooKeeper sequence nodes, the file store's tickets).
-    pub fifo: bool,
-    /// A `run` (not detached) lease lives in the client's session, which keeps it alive:
-    /// renewing checks the owner but moves no store-side expiry (ZooKeeper).
-    pub session_leases: bool,
-    /// A ttl the store expires promptly: etcd rounds shorter leases up to its minimum.
-    pub short_ttl: Duration,
-    /// A release wakes a listening waiter. Not behind PgBouncer in transaction mode, where a
-    /// LISTEN stays with the server connection it ran on: there a waiter finds the lock free
-    /// by looking again after `MAX_POLL`, as the engine's waiters always do.
-    pub notified: bool,
-    /// A waiter whose client is gone without a release (a killed process) leaves the
-    /// waiters `inspect` lists within its ttl and a second: its entry lives on a lease,
-    /// a session or a row of that life. Not the in-memory store, whose waiters live as long
-    /// as the store itself.
-    pub dead_waiters_leave: bool,
-}
-
-impl Default for Caps {
-    fn default() -> Caps {
-        Caps {
-            shows_waiters: false,
-            fifo: false,
-            session_leases: false,
-            short_ttl: Duration::from_secs(2),
-            notified: true,
-            dead_waiters_leave: true,
-        }
-    }
-}
+/// What one store offers beyond the common contract (each kind's is in `store::registry`).
+pub use super::kind::Caps;
 
 pub type Opened = Pin<Box<dyn Future<Output = Arc<dyn Store>> + Send>>;
 

@@ -11,6 +11,11 @@
 //! reaches the head; `release` by token removes a queued entry as well as a held one, so a
 //! waiter that gives up leaves nothing behind whatever the store.
 
+// The contract's own parts: what a kind of store is, and what a server URL names.
+pub mod kind;
+pub mod server;
+
+// The adapters, each knowing the contract and nothing above it.
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;
@@ -19,8 +24,11 @@ pub(crate) mod queue;
 pub mod redis;
 pub(crate) mod sql;
 pub(crate) mod tls;
-pub mod url;
 pub(crate) mod zk;
+
+// Above the adapters: the table of every kind, and store URLs parsed by it.
+pub mod registry;
+pub mod url;
 
 // Test-only parts: the contract as a suite, and the stores the engine's unit tests run on.
 #[cfg(any(test, feature = "conformance"))]
@@ -35,8 +43,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
-
-pub use url::StoreUrl;
 
 /// Longest a waiter sleeps without looking again, in case a notification was lost. It is part
 /// of the store contract, not only of the engine's loop: a `Listener` may miss a notification,
@@ -442,6 +448,11 @@ impl StoreError {
     pub fn message(&self) -> &str {
         &self.message
     }
+    /// The same error (its kind and source) said as `say` rewords its message.
+    pub fn reworded(mut self, say: impl FnOnce(&str) -> String) -> StoreError {
+        self.message = say(&self.message);
+        self
+    }
     /// The same error with `what` (a store's name, a URL) in front of its message.
     pub fn context(mut self, what: impl std::fmt::Display) -> StoreError {
         self.message = format!("{what}: {}", self.message);
@@ -707,36 +718,6 @@ pub(crate) async fn held_states(
         }
     }
     Ok(out)
-}
-
-/// Connect to the store a URL names, for locks in `namespace`.
-pub async fn open(
-    url: &StoreUrl,
-    namespace: &str,
-    timeout: Duration,
-) -> StoreResult<Arc<dyn Store>> {
-    match url {
-        StoreUrl::File { dir, network } => {
-            let options = file::Options { network: *network };
-            Ok(Arc::new(file::FileStore::open(dir, namespace, options)?))
-        }
-        StoreUrl::Redis(r) => Ok(Arc::new(
-            redis::RedisStore::connect(r, namespace, timeout).await?,
-        )),
-        StoreUrl::RedisCluster(r) => Ok(Arc::new(
-            redis::RedisStore::connect_cluster(r, namespace, timeout).await?,
-        )),
-        StoreUrl::Etcd(e) => Ok(Arc::new(
-            etcd::EtcdStore::connect(e, namespace, timeout).await?,
-        )),
-        StoreUrl::Zk(z) => Ok(Arc::new(zk::ZkStore::open(z, namespace, timeout)?)),
-        StoreUrl::Mysql(m) => Ok(Arc::new(
-            mysql::Mysql::connect(m, namespace, timeout).await?,
-        )),
-        StoreUrl::Postgres(p) => Ok(Arc::new(
-            postgres::Postgres::connect(p, namespace, timeout).await?,
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use rustls::pki_types::TrustAnchor;
 
-use crate::store::url::ServerUrl;
+use crate::store::server::ServerUrl;
 use crate::store::{StoreError, StoreResult};
 
 /// rustls needs one process-wide crypto provider; install ring's once.

@@ -1,151 +1,81 @@
-//! Store URLs: parsing, defaults, secrets, and the redacted form used in every message.
+//! Store URLs: which kind of store a URL names (by its scheme, from `store::registry`), and the
+//! redacted form used in every message.
 //!
 //! Parsed by hand because several schemes name a list of hosts (`etcd://a:2379,b:2379`), which
-//! general URL parsers reject. Secrets may come from the URL, a file (`?password_file=`) or an
-//! environment variable (`?password_env=`, or `DLOCK_PASSWORD`), so they need not appear in `ps`.
+//! general URL parsers reject; what follows the scheme is read as its kind's `Address` says
+//! (`store::server` for servers).
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// One host of a store.
+use super::kind::{Address, Kind, Location};
+use super::registry;
+use super::server::{parse_server, percent_decode};
+use super::{Store, StoreError, StoreResult};
+
+/// A store URL: its kind, and where it points.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostPort {
-    pub host: String,
-    pub port: u16,
-}
-
-impl fmt::Display for HostPort {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// What a server-backed URL names, with its credentials resolved.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ServerUrl {
-    pub scheme: String,
-    pub tls: bool,
-    pub hosts: Vec<HostPort>,
-    pub user: Option<String>,
-    pub password: Option<String>,
-    /// Path after the hosts: the Redis db number, the ZooKeeper chroot.
-    pub path: String,
-    /// Query parameters the backend has not consumed yet (each backend checks its own).
-    pub params: Vec<(String, String)>,
-}
-
-impl ServerUrl {
-    /// Take a query parameter out, so leftovers can be reported as unknown.
-    pub fn take_param(&mut self, key: &str) -> Option<String> {
-        let i = self.params.iter().position(|(k, _)| k == key)?;
-        Some(self.params.remove(i).1)
-    }
-
-    /// Fail on any parameter no one took: a typo must not silently change behaviour.
-    pub fn reject_unknown_params(&self) -> Result<(), String> {
-        match self.params.first() {
-            None => Ok(()),
-            Some((k, _)) => Err(format!("unknown parameter {k:?} in the store URL")),
-        }
-    }
-}
-
-// Debug must not leak the password either (errors are printed with {:?} in places).
-impl fmt::Debug for ServerUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
-    }
-}
-
-/// Redacted: the password never appears.
-impl fmt::Display for ServerUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://", self.scheme)?;
-        match (&self.user, &self.password) {
-            (Some(u), Some(_)) => write!(f, "{u}:***@")?,
-            (Some(u), None) => write!(f, "{u}@")?,
-            (None, Some(_)) => write!(f, ":***@")?,
-            (None, None) => {}
-        }
-        let hosts: Vec<String> = self.hosts.iter().map(|h| h.to_string()).collect();
-        write!(f, "{}{}", hosts.join(","), self.path)
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// `network`: `?network=1`, the directory may be on a network or FUSE file system.
-    File {
-        dir: PathBuf,
-        network: bool,
-    },
-    Redis(ServerUrl),
-    RedisCluster(ServerUrl),
-    Etcd(ServerUrl),
-    Zk(ServerUrl),
-    Postgres(ServerUrl),
-    Mysql(ServerUrl),
+pub struct StoreUrl {
+    pub kind: &'static Kind,
+    pub at: Location,
 }
 
 impl StoreUrl {
     pub fn scheme(&self) -> &str {
-        match self {
-            StoreUrl::File { .. } => "file",
-            StoreUrl::Redis(s)
-            | StoreUrl::RedisCluster(s)
-            | StoreUrl::Etcd(s)
-            | StoreUrl::Zk(s)
-            | StoreUrl::Postgres(s)
-            | StoreUrl::Mysql(s) => &s.scheme,
+        match &self.at {
+            Location::Dir { .. } => self.kind.scheme(),
+            Location::Server(s) => &s.scheme,
+        }
+    }
+
+    /// The file store at `dir`.
+    pub fn file(dir: PathBuf, network: bool) -> StoreUrl {
+        StoreUrl {
+            kind: &registry::FILE,
+            at: Location::Dir { dir, network },
         }
     }
 
     /// The default store: one directory per user per host, whatever the session (see
     /// `store::file::dir`).
     pub fn default_file() -> StoreUrl {
-        StoreUrl::File {
-            dir: super::file::dir::default_dir().path,
-            network: false,
+        StoreUrl::file(super::file::dir::default_dir().path, false)
+    }
+
+    /// Connect to the store this URL names, for locks in `namespace`, as its kind opens.
+    pub async fn open(&self, namespace: &str, timeout: Duration) -> StoreResult<Arc<dyn Store>> {
+        match (&self.kind.address, &self.at) {
+            (Address::Dir { open }, Location::Dir { dir, network }) => {
+                open(dir, namespace, *network)
+            }
+            (Address::Hosts { open, .. }, Location::Server(server)) => {
+                open(server, namespace, timeout).await
+            }
+            // `parse` reads a URL as its kind's address says; only one built by hand differs.
+            _ => Err(StoreError::invalid(format!(
+                "{self}: not a location a {} store URL names",
+                self.kind.scheme()
+            ))),
         }
     }
 }
 
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreUrl::File { dir, network } => {
-                write!(f, "file://{}", dir.display())?;
+        match &self.at {
+            Location::Dir { dir, network } => {
+                write!(f, "{}://{}", self.kind.scheme(), dir.display())?;
                 if *network {
                     f.write_str("?network=1")?;
                 }
                 Ok(())
             }
-            StoreUrl::Redis(s)
-            | StoreUrl::RedisCluster(s)
-            | StoreUrl::Etcd(s)
-            | StoreUrl::Zk(s)
-            | StoreUrl::Postgres(s)
-            | StoreUrl::Mysql(s) => {
-                write!(f, "{s}")
-            }
+            Location::Server(s) => write!(f, "{s}"),
         }
     }
 }
-
-/// Every scheme a store URL may start with: the one list, for messages and for `--help`.
-#[macro_export]
-macro_rules! store_schemes {
-    () => {
-        "file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, \
-         zk://, postgres://, postgresql://, mysql://, mariadb://"
-    };
-}
-
-const SCHEMES: &str = store_schemes!();
 
 /// Parse one store URL. Errors are one line that says what is wrong and shows the right form.
 pub fn parse(input: &str) -> Result<StoreUrl, String> {
@@ -176,6 +106,7 @@ pub fn parse_with_env(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<StoreUrl, String> {
     let shown = redact_raw(input);
+    let schemes = registry::schemes();
     let (scheme, rest) = input.split_once("://").ok_or_else(|| {
         let several = if input.contains(',') {
             "; several stores are given by repeating --store (or comma-separated in \
@@ -183,192 +114,50 @@ pub fn parse_with_env(
         } else {
             ""
         };
-        format!("{shown:?} is not a store URL; it starts with one of {SCHEMES}{several}")
+        format!("{shown:?} is not a store URL; it starts with one of {schemes}{several}")
     })?;
     let scheme = scheme.to_ascii_lowercase();
-    if scheme == "file" {
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if !path.starts_with('/') {
-            return Err(format!(
-                "{shown:?}: a file store URL is file:///absolute/dir"
-            ));
-        }
-        let network = match query {
-            "" => false,
-            "network=1" => true,
-            _ => {
-                return Err(format!(
-                    "{shown:?}: a file store URL takes only ?network=1 (allow a network or                      FUSE file system), as in file:///absolute/dir?network=1"
-                ));
-            }
-        };
-        return Ok(StoreUrl::File {
-            dir: PathBuf::from(percent_decode(path).map_err(|e| format!("{shown:?}: {e}"))?),
-            network,
-        });
+    let Some((kind, tls)) = registry::by_scheme(&scheme) else {
+        return Err(format!(
+            "{shown:?}: unknown scheme {scheme:?}; use one of {schemes}"
+        ));
+    };
+    let at = match &kind.address {
+        Address::Dir { .. } => parse_dir(&shown, &scheme, rest)?,
+        Address::Hosts {
+            default_port,
+            several,
+            ..
+        } => Location::Server(
+            parse_server(&scheme, rest, *default_port, tls, *several, env)
+                .map_err(|e| format!("{shown:?}: {e}"))?,
+        ),
+    };
+    Ok(StoreUrl { kind, at })
+}
+
+/// `/absolute/dir[?network=1]`, after `SCHEME://`.
+fn parse_dir(shown: &str, scheme: &str, rest: &str) -> Result<Location, String> {
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !path.starts_with('/') {
+        return Err(format!(
+            "{shown:?}: a {scheme} store URL is {scheme}:///absolute/dir"
+        ));
     }
-    let (default_port, tls, multi) = match scheme.as_str() {
-        "redis" => (6379, false, false),
-        "rediss" => (6379, true, false),
-        "redis+cluster" => (6379, false, true),
-        "rediss+cluster" => (6379, true, true),
-        "etcd" => (2379, false, true),
-        "etcds" => (2379, true, true),
-        "zk" => (2181, false, true),
-        "postgres" | "postgresql" => (5432, false, false),
-        "mysql" | "mariadb" => (3306, false, false),
+    let network = match query {
+        "" => false,
+        "network=1" => true,
         _ => {
             return Err(format!(
-                "{shown:?}: unknown scheme {scheme:?}; use one of {SCHEMES}"
+                "{shown:?}: a {scheme} store URL takes only ?network=1 (allow a network or \
+                 FUSE file system), as in {scheme}:///absolute/dir?network=1"
             ));
         }
     };
-    let server = parse_server(&scheme, rest, default_port, tls, multi, env)
-        .map_err(|e| format!("{shown:?}: {e}"))?;
-    Ok(match scheme.as_str() {
-        "redis" | "rediss" => StoreUrl::Redis(server),
-        "redis+cluster" | "rediss+cluster" => StoreUrl::RedisCluster(server),
-        "etcd" | "etcds" => StoreUrl::Etcd(server),
-        "postgres" | "postgresql" => StoreUrl::Postgres(server),
-        "mysql" | "mariadb" => StoreUrl::Mysql(server),
-        _ => StoreUrl::Zk(server),
+    Ok(Location::Dir {
+        dir: PathBuf::from(percent_decode(path).map_err(|e| format!("{shown:?}: {e}"))?),
+        network,
     })
-}
-
-fn parse_server(
-    scheme: &str,
-    rest: &str,
-    default_port: u16,
-    tls: bool,
-    multi: bool,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<ServerUrl, String> {
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let (userinfo, hostlist) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-    let (mut user, mut password) = (None, None);
-    if let Some(info) = userinfo {
-        let (u, p) = match info.split_once(':') {
-            Some((u, p)) => (u, Some(p)),
-            None => (info, None),
-        };
-        if !u.is_empty() {
-            user = Some(percent_decode(u)?);
-        }
-        if let Some(p) = p {
-            password = Some(percent_decode(p)?);
-        }
-    }
-    if hostlist.is_empty() {
-        return Err("no host given; write e.g. 127.0.0.1:6379".into());
-    }
-    let mut hosts = Vec::new();
-    for h in hostlist.split(',') {
-        if h.is_empty() {
-            return Err(
-                "an empty host in the list (a stray comma?); several stores are given \
-                 by repeating --store (or comma-separated in DLOCK_STORE)"
-                    .into(),
-            );
-        }
-        hosts.push(parse_host(h, default_port)?);
-    }
-    if hosts.len() > 1 && !multi && !scheme.starts_with("redis") {
-        return Err(format!(
-            "{scheme}:// names one server; give each server its own --store for a quorum"
-        ));
-    }
-    if hosts.len() > 1 && !multi {
-        return Err(format!(
-            "{scheme}:// names one server; give each server its own --store for a quorum, \
-             or use {scheme}+cluster:// for a Redis Cluster"
-        ));
-    }
-    let mut params = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        params.push((percent_decode(k)?, percent_decode(v)?));
-    }
-    let mut url = ServerUrl {
-        scheme: scheme.to_string(),
-        tls,
-        hosts,
-        user,
-        password,
-        path: path.to_string(),
-        params,
-    };
-    if let Some(file) = url.take_param("password_file") {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("cannot read password_file {file:?}: {e}"))?;
-        url.password = Some(text.trim_end_matches(['\n', '\r']).to_string());
-    }
-    if let Some(var) = url.take_param("password_env") {
-        url.password =
-            Some(env(&var).ok_or_else(|| format!("password_env names {var:?}, which is not set"))?);
-    }
-    if url.password.is_none() {
-        url.password = env("DLOCK_PASSWORD").filter(|p| !p.is_empty());
-    }
-    Ok(url)
-}
-
-pub(crate) fn parse_host(h: &str, default_port: u16) -> Result<HostPort, String> {
-    let (host, port) = if let Some(v6) = h.strip_prefix('[') {
-        let (host, after) = v6
-            .split_once(']')
-            .ok_or_else(|| format!("{h:?} opens [ without closing it"))?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match h.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (h, None),
-        }
-    };
-    if host.is_empty()
-        || !host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c))
-    {
-        return Err(format!("{h:?} is not a host name or address"));
-    }
-    let port = match port {
-        None => default_port,
-        Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
-            _ => return Err(format!("port {p:?} is not a number from 1 to 65535")),
-        },
-    };
-    Ok(HostPort {
-        host: host.to_string(),
-        port,
-    })
-}
-
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or("a % must be followed by two hex digits")?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "percent-encoding that is not UTF-8".to_string())
 }
 
 /// Hide the password of a URL we could not parse, so even an error never shows it.
@@ -392,7 +181,7 @@ fn redact_raw(input: &str) -> String {
 mod tests {
     #[test]
     fn every_listed_scheme_parses_and_no_other_does() {
-        for scheme in super::SCHEMES.split(", ") {
+        for scheme in super::registry::schemes().split(", ") {
             let url = match scheme {
                 "file://" => "file:///tmp".to_string(),
                 s => format!("{s}h:1/db"),
@@ -417,6 +206,7 @@ mod tests {
         assert!(super::parse("memcached://h:1").is_err());
     }
 
+    use super::super::server::{HostPort, ServerUrl};
     use super::*;
 
     fn no_env(_: &str) -> Option<String> {
@@ -424,14 +214,9 @@ mod tests {
     }
 
     fn server(s: &str) -> ServerUrl {
-        match parse_with_env(s, &no_env).unwrap() {
-            StoreUrl::Redis(u)
-            | StoreUrl::RedisCluster(u)
-            | StoreUrl::Etcd(u)
-            | StoreUrl::Zk(u)
-            | StoreUrl::Postgres(u)
-            | StoreUrl::Mysql(u) => u,
-            StoreUrl::File { .. } => panic!("file"),
+        match parse_with_env(s, &no_env).unwrap().at {
+            Location::Server(u) => u,
+            Location::Dir { .. } => panic!("file"),
         }
     }
 
@@ -489,20 +274,11 @@ mod tests {
     fn file_urls() {
         assert_eq!(
             parse_with_env("file:///var/lib/dlock", &no_env),
-            Ok(StoreUrl::File {
-                dir: "/var/lib/dlock".into(),
-                network: false,
-            })
+            Ok(StoreUrl::file("/var/lib/dlock".into(), false))
         );
         assert!(parse_with_env("file://relative", &no_env).is_err());
         let net = parse_with_env("file:///mnt/nfs/locks?network=1", &no_env).unwrap();
-        assert_eq!(
-            net,
-            StoreUrl::File {
-                dir: "/mnt/nfs/locks".into(),
-                network: true,
-            }
-        );
+        assert_eq!(net, StoreUrl::file("/mnt/nfs/locks".into(), true));
         assert_eq!(net.to_string(), "file:///mnt/nfs/locks?network=1");
         assert!(parse_with_env("file:///x?network=yes", &no_env).is_err());
     }
@@ -530,17 +306,20 @@ mod tests {
     #[test]
     fn secrets_from_env_and_file() {
         let env = |k: &str| (k == "PW").then(|| "from-env".to_string());
-        match parse_with_env("redis://h?password_env=PW", &env).unwrap() {
-            StoreUrl::Redis(u) => assert_eq!(u.password.as_deref(), Some("from-env")),
+        match parse_with_env("redis://h?password_env=PW", &env)
+            .unwrap()
+            .at
+        {
+            Location::Server(u) => assert_eq!(u.password.as_deref(), Some("from-env")),
             _ => unreachable!(),
         }
         assert!(parse_with_env("redis://h?password_env=NOPE", &env).is_err());
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("pw");
         std::fs::write(&f, "from-file\n").unwrap();
-        match parse_with_env(&format!("redis://h?password_file={}", f.display()), &no_env).unwrap()
-        {
-            StoreUrl::Redis(u) => assert_eq!(u.password.as_deref(), Some("from-file")),
+        let url = parse_with_env(&format!("redis://h?password_file={}", f.display()), &no_env);
+        match url.unwrap().at {
+            Location::Server(u) => assert_eq!(u.password.as_deref(), Some("from-file")),
             _ => unreachable!(),
         }
     }

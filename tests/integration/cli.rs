@@ -77,6 +77,12 @@ fn unreachable_store_is_69_and_wrong_password_is_77() {
     let o = env.run(&["--store", &url, "lock", "a"]);
     assert_code(&o, 77);
     assert!(stderr(&o).contains("password"), "{}", stderr(&o));
+    // Reads too: a refusal is 77 whichever command met it.
+    for read in [&["inspect", "a"][..], &["list"]] {
+        let o = env.run(&[&["--store", url.as_str()][..], read].concat());
+        assert_code(&o, 77);
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
     let good = format!("redis://:right@127.0.0.1:{}", redis.port);
     assert_code(&env.run(&["--store", &good, "lock", "a"]), 0);
     // The password may come from a file instead, out of `ps`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock::store::conformance::{Caps, PROPERTIES, Subject};
 use dlock::store::memory::MemoryStore;
-use dlock::store::{Store, url};
+use dlock::store::{Store, registry, url};
 
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
@@ -20,19 +20,21 @@ use crate::common::redis::{RedisCluster, RedisServer};
 use crate::common::zk::ZkServer;
 use crate::common::{shared, temp_dir};
 
-/// Clients of the store a URL names, one per call, as separate processes would have.
-fn by_url(url: &'static str, caps: Caps) -> Subject {
+/// Clients of the store a URL names, one per call, as separate processes would have; what
+/// the store offers beyond the contract is what the registry says of its kind.
+fn by_url(url: &'static str) -> Subject {
+    let parsed = url::parse(url).expect("a valid store URL");
     Subject {
+        caps: parsed.kind.caps,
         open: Box::new(move |namespace| {
-            let namespace = namespace.to_string();
+            let (namespace, parsed) = (namespace.to_string(), parsed.clone());
             Box::pin(async move {
-                let parsed = url::parse(url).expect("a valid store URL");
-                dlock::store::open(&parsed, &namespace, Duration::from_secs(5))
+                parsed
+                    .open(&namespace, Duration::from_secs(5))
                     .await
                     .unwrap_or_else(|e| panic!("open {url}: {e}"))
             })
         }),
-        caps,
     }
 }
 
@@ -53,107 +55,62 @@ fn memory() -> Subject {
 
 fn file() -> Subject {
     static DIR: OnceLock<String> = OnceLock::new();
-    let url = shared(&DIR, temp_dir, |d| format!("file://{}", d.path().display()));
-    let caps = Caps {
-        shows_waiters: true,
-        fifo: true,
-        ..Caps::default()
-    };
-    by_url(url, caps)
+    by_url(shared(&DIR, temp_dir, |d| {
+        format!("file://{}", d.path().display())
+    }))
 }
-
-const REDIS: Caps = Caps {
-    shows_waiters: true,
-    fifo: false,
-    session_leases: false,
-    short_ttl: Duration::from_secs(2),
-    notified: true,
-    dead_waiters_leave: true,
-};
 
 fn redis() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
-    by_url(shared(&SERVER, RedisServer::start, RedisServer::url), REDIS)
+    by_url(shared(&SERVER, RedisServer::start, RedisServer::url))
 }
 
 fn redis_cluster() -> Subject {
     static CLUSTER: OnceLock<String> = OnceLock::new();
-    let url = shared(&CLUSTER, || RedisCluster::start(3, 0), RedisCluster::url);
-    by_url(url, REDIS)
+    by_url(shared(
+        &CLUSTER,
+        || RedisCluster::start(3, 0),
+        RedisCluster::url,
+    ))
 }
-
-const ETCD: Caps = Caps {
-    shows_waiters: true,
-    fifo: true,
-    session_leases: false,
-    short_ttl: Duration::from_secs(2),
-    notified: true,
-    dead_waiters_leave: true,
-};
 
 fn etcd1() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
-    by_url(shared(&SERVER, EtcdServer::start, EtcdServer::url), ETCD)
+    by_url(shared(&SERVER, EtcdServer::start, EtcdServer::url))
 }
 
 fn etcd3() -> Subject {
     static CLUSTER: OnceLock<String> = OnceLock::new();
-    let url = shared(&CLUSTER, || EtcdServer::cluster(3), EtcdServer::url);
-    by_url(url, ETCD)
+    by_url(shared(&CLUSTER, || EtcdServer::cluster(3), EtcdServer::url))
 }
-
-const ZK: Caps = Caps {
-    shows_waiters: true,
-    fifo: true,
-    session_leases: true,
-    short_ttl: Duration::from_secs(2),
-    notified: true,
-    dead_waiters_leave: true,
-};
 
 fn zk1() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
-    by_url(shared(&SERVER, ZkServer::start, ZkServer::url), ZK)
+    by_url(shared(&SERVER, ZkServer::start, ZkServer::url))
 }
 
 fn zk3() -> Subject {
     static ENSEMBLE: OnceLock<String> = OnceLock::new();
-    by_url(
-        shared(&ENSEMBLE, || ZkServer::ensemble(3), ZkServer::url),
-        ZK,
-    )
+    by_url(shared(&ENSEMBLE, || ZkServer::ensemble(3), ZkServer::url))
 }
-
-/// The SQL stores keep waiter rows (shown by inspect), serve waiters by wake-up rather than
-/// in queue order, and judge expiry by the server's clock in milliseconds.
-const SQL: Caps = Caps {
-    shows_waiters: true,
-    fifo: false,
-    session_leases: false,
-    short_ttl: Duration::from_secs(2),
-    notified: true,
-    dead_waiters_leave: true,
-};
 
 fn postgres() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
-    by_url(shared(&SERVER, PgServer::start, PgServer::url), SQL)
+    by_url(shared(&SERVER, PgServer::start, PgServer::url))
 }
 
 /// PostgreSQL behind PgBouncer in transaction mode: the contract must hold with no session
 /// state, waiters being woken by looking again where LISTEN does not reach them.
 fn pgbouncer() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
-    let caps = Caps {
-        notified: false,
-        ..SQL
-    };
-    by_url(shared(&SERVER, PgBouncer::start, PgBouncer::url), caps)
+    let mut subject = by_url(shared(&SERVER, PgBouncer::start, PgBouncer::url));
+    subject.caps.notified = false;
+    subject
 }
 
 fn mariadb() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
-    by_url(shared(&SERVER, MariaDb::start, MariaDb::url), SQL)
+    by_url(shared(&SERVER, MariaDb::start, MariaDb::url))
 }
 
 /// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
@@ -170,12 +127,17 @@ fn runtime(paused: bool) -> tokio::runtime::Runtime {
 /// One module per store with one test per property of the contract (the suite's own list,
 /// `with_conformance_properties!`).
 macro_rules! conformance {
-    ($($store:ident (paused: $paused:expr) => $subject:expr;)*) => {$(
+    ($($store:ident (paused: $paused:expr) => $subject:expr;)*) => {
+        /// The subjects' names, for `every_registered_kind_has_a_subject`.
+        const SUBJECTS: &[&str] = &[$(stringify!($store)),*];
+        $(conformance!(@store $store, $paused, $subject);)*
+    };
+    (@store $store:ident, $paused:expr, $subject:expr) => {
         mod $store {
             use super::*;
             dlock::with_conformance_properties!(properties!($paused, $subject;));
         }
-    )*};
+    };
 }
 
 macro_rules! properties {
@@ -230,6 +192,26 @@ fn every_property_of_the_suite_is_run() {
     );
 }
 
+/// Every kind of store the registry lists runs the contract: a subject is named after one of
+/// its kind's schemes (`+` written `_`), with the number of servers after it where there are
+/// several subjects of a kind (`etcd3`).
+#[test]
+fn every_registered_kind_has_a_subject() {
+    for kind in registry::KINDS {
+        let named = |subject: &&str| {
+            let subject = subject.trim_end_matches(|c: char| c.is_ascii_digit());
+            kind.schemes
+                .iter()
+                .any(|s| subject == s.name.replace('+', "_"))
+        };
+        assert!(
+            SUBJECTS.iter().any(named),
+            "no conformance subject for {}:// (subjects: {SUBJECTS:?})",
+            kind.scheme()
+        );
+    }
+}
+
 /// `fence_after_the_store_forgot_is_higher` on the stores a test can wipe, each on a store of
 /// its own (the wipe would pull the data from under the other properties).
 mod forgetting {
@@ -271,7 +253,7 @@ mod forgetting {
             std::thread::sleep(Duration::from_millis(2));
             Box::pin(async {})
         });
-        let subject = by_url(url, Caps::default());
+        let subject = by_url(url);
         runtime(false).block_on(fence_after_the_store_forgot_is_higher(&subject, wipe));
     }
 
@@ -283,9 +265,6 @@ mod forgetting {
             server.lock().unwrap().start_again_empty();
             Box::pin(async {})
         });
-        runtime(false).block_on(fence_after_the_store_forgot_is_higher(
-            &by_url(url, REDIS),
-            wipe,
-        ));
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));
     }
 }

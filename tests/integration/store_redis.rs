@@ -5,8 +5,9 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use dlock::store::kind::Location;
 use dlock::store::redis::RedisStore;
-use dlock::store::{Acquire, Attempt, Mode, Outcome, Store, StoreUrl};
+use dlock::store::{Acquire, Attempt, Mode, Outcome, Store};
 use futures_util::future::join_all;
 
 use crate::common::redis::RedisServer;
@@ -48,7 +49,7 @@ fn one_release_wakes_exactly_one_exclusive_waiter() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let StoreUrl::Redis(url) = dlock::store::url::parse(&redis.url()).unwrap() else {
+        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
             unreachable!()
         };
         let store = RedisStore::connect(&url, "default", Duration::from_secs(2))

@@ -30,7 +30,7 @@ use std::time::Duration;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tokio::sync::OnceCell;
 
-use crate::store::url::{HostPort, ServerUrl};
+use crate::store::server::{HostPort, ServerUrl};
 use crate::store::{StoreError, StoreResult};
 
 pub struct Endpoints {

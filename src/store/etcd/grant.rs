@@ -52,19 +52,7 @@ impl Inner {
         if queue && let Some(granted) = self.follow(req) {
             return Ok(Attempt::Granted(granted));
         }
-        // A waiter not queued yet queues at once (its untimed try found the lock taken): the
-        // transaction that queues it reads as well.
-        let unqueued = queue && self.token(&req.token, |t| t.waiting.is_none());
-        let (first, lease, is_spare) = if unqueued {
-            let snap = match self.enqueue(req, None).await {
-                Ok(Some(snap)) => Ok(snap),
-                Ok(None) => self.read(&req.names).await,
-                Err(e) => Err(e),
-            };
-            (snap, None, false)
-        } else {
-            self.read_with_lease(req, queue).await
-        };
+        let (first, lease, is_spare) = self.first_read(req, queue).await;
         // The lease a grant would use: the spare (kept with the token), or one taken for
         // this attempt, which goes back to the pool however the attempt ends unless a grant
         // may have put keys on it.
@@ -128,6 +116,26 @@ impl Inner {
             break;
         }
         Ok(outcome)
+    }
+
+    /// The first read of an attempt, and the lease a grant would use (see `read_with_lease`).
+    /// A waiter not queued yet queues at once (its untimed try found the lock taken): the
+    /// transaction that queues it reads as well.
+    async fn first_read(
+        &self,
+        req: &Acquire,
+        queue: bool,
+    ) -> (StoreResult<Snapshot>, Option<Free>, bool) {
+        let unqueued = queue && self.token(&req.token, |t| t.waiting.is_none());
+        if !unqueued {
+            return self.read_with_lease(req, queue).await;
+        }
+        let snap = match self.enqueue(req, None).await {
+            Ok(Some(snap)) => Ok(snap),
+            Ok(None) => self.read(&req.names).await,
+            Err(e) => Err(e),
+        };
+        (snap, None, false)
     }
 
     /// The first read of an attempt, and at the same time the lease a grant would use: the

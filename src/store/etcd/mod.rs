@@ -35,7 +35,7 @@ use async_trait::async_trait;
 use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::time::Instant;
 
-use super::url::ServerUrl;
+use super::server::ServerUrl;
 use super::{
     Acquire, Attempt, Health, HealthQuery, Holder, Listener, LockState, Outcome, Store, StoreError,
     StoreResult, TagWrite, Waiter,

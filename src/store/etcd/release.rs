@@ -7,16 +7,41 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use tokio::time::Instant;
 
-use super::Inner;
 use super::conn::Resend;
 use super::grant::ROUNDS;
 use super::layout::{Entry, Record, encode, lease_secs};
 use super::lease::Free;
+use super::{Inner, Snapshot};
 use crate::store::{ErrorKind, Outcome, Previous, StoreError, StoreResult};
 
 /// How long what a grant read stays good enough for its release to act on without reading.
 const FRESH: Duration = Duration::from_millis(20);
+
+/// One round of a release: the transaction's compares and writes, whether `token` held any
+/// name, and the leases its entries were on (with their ttl where they held).
+#[derive(Default)]
+struct ReleaseRound {
+    cmps: Vec<Compare>,
+    ops: Vec<TxnOp>,
+    held: bool,
+    leases: Vec<(i64, Option<i64>)>,
+}
+
+/// What the grant read, where it is good enough for the release to act on without a read: it
+/// shows an heir, or every waiter queued by then and is fresh. When it shows no heir, one read
+/// finds any that queued since: after a longer hold, or when a handover passed on too few
+/// (the end of a run of handovers). Handing over saves the waiter behind a read and a write of
+/// its own.
+fn still_fresh(held: Option<super::Held>, names: &[String], token: &str) -> Option<Snapshot> {
+    held.filter(|h| h.names == names)
+        .filter(|h| {
+            h.snap.queues.iter().any(|q| q.heir(token).is_some())
+                || (h.whole && h.at.elapsed() < FRESH)
+        })
+        .map(|h| h.snap)
+}
 
 impl Inner {
     pub(super) async fn renew(
@@ -137,74 +162,15 @@ impl Inner {
         revoked: &[i64],
     ) -> StoreResult<bool> {
         let renewed = held.as_ref().and_then(|h| h.renewed);
-        // What the grant read shows the waiters queued by then. When it shows no heir, one
-        // read finds any that queued since: after a longer hold, or when a handover passed on
-        // too few (the end of a run of handovers). Handing over saves the waiter behind a
-        // read and a write of its own.
-        let mut cached = held
-            .filter(|h| h.names == names)
-            .filter(|h| {
-                h.snap.queues.iter().any(|q| q.heir(token).is_some())
-                    || (h.whole && h.at.elapsed() < FRESH)
-            })
-            .map(|h| h.snap);
+        let mut cached = still_fresh(held, names, token);
         let mut hand_over = true;
         for _ in 0..ROUNDS {
             let snap = match cached.take() {
                 Some(snap) => snap,
                 None => self.read(names).await?,
             };
-            let mut cmps = Vec::new();
-            let mut ops = Vec::new();
-            let mut held = false;
-            let mut leases = Vec::new();
-            for (name, q) in names.iter().zip(&snap.queues) {
-                let Some(e) = q.find(token) else { continue };
-                cmps.push(Compare::create_revision(
-                    e.key.clone(),
-                    CompareOp::Equal,
-                    e.create,
-                ));
-                ops.push(TxnOp::delete(e.key.clone(), None));
-                if e.entry.names.iter().all(|n| names.contains(n))
-                    && !leases.iter().any(|(l, _)| *l == e.lease)
-                {
-                    leases.push((e.lease, e.entry.held.then_some(e.entry.lease_ttl)));
-                }
-                if !e.entry.held {
-                    continue;
-                }
-                held = true;
-                let Some((rec, _)) = q.record.as_ref().filter(|(r, _)| r.holder == token) else {
-                    continue;
-                };
-                cmps.push(self.record_unchanged(name, q));
-                // A withdrawn attempt passes on what it was told itself.
-                let ended = outcome
-                    .previous()
-                    .unwrap_or_else(|| Previous::parse(&rec.previous));
-                match q.heir(token).filter(|_| hand_over) {
-                    Some(heir) => {
-                        cmps.push(Compare::mod_revision(
-                            heir.key.clone(),
-                            CompareOp::Equal,
-                            heir.modrev,
-                        ));
-                        ops.extend(self.hand_to(q, heir, name, rec.offset, ended));
-                    }
-                    // The last lease granted ends: its successor will be told how.
-                    None => {
-                        let rec = Record {
-                            released: ended == Previous::Released,
-                            ended: ended.text(),
-                            fence: Some(e.fence()),
-                            ..rec.clone()
-                        };
-                        ops.push(TxnOp::put(self.layout.record(name), encode(&rec), None));
-                    }
-                }
-            }
-            if ops.is_empty() {
+            let round = self.release_round(names, token, outcome, &snap, hand_over);
+            if round.ops.is_empty() {
                 if let Some(l) = spare {
                     self.recycle(l);
                 }
@@ -213,10 +179,8 @@ impl Inner {
             // Sent again if unanswered: a second copy after the first was applied fails its
             // compares (the entries are gone), and the read of the next round finds nothing
             // left to release.
-            let resp = match self
-                .txn(Txn::new().when(cmps).and_then(ops), Resend::Yes)
-                .await
-            {
+            let txn = Txn::new().when(round.cmps).and_then(round.ops);
+            let resp = match self.txn(txn, Resend::Yes).await {
                 // The heir's spare ran out (its process stalled or ended): it takes the lock
                 // itself, if it is still there.
                 Err(e) if hand_over && e.kind() == ErrorKind::LeaseGone => {
@@ -226,26 +190,101 @@ impl Inner {
                 r => r?,
             };
             if resp.succeeded() {
-                // The delete above is what frees the lock (and wakes the next waiter). A
-                // holder's lease has no keys left and is kept for the next waiter; a waiting
-                // lease, whose ttl is not on record, is revoked without holding up the caller.
-                if let Some(l) = spare.filter(|l| !leases.iter().any(|(id, _)| *id == l.id)) {
-                    self.recycle(l);
-                }
-                for (id, ttl) in leases.into_iter().filter(|(id, _)| !revoked.contains(id)) {
-                    match ttl {
-                        Some(ttl) => self.recycle(Free {
-                            id,
-                            ttl,
-                            renewed: renewed.filter(|(l, _)| *l == id).map(|(_, r)| r),
-                        }),
-                        None => self.revoke_later(id),
-                    }
-                }
-                return Ok(held);
+                self.released_leases(spare, round.leases, revoked, renewed);
+                return Ok(round.held);
             }
         }
         Err(contended("release"))
+    }
+
+    /// One round's transaction of `release_entries` on what `snap` shows: delete `token`'s
+    /// entries, and for each name it held, hand the lock over to the heir (while `hand_over`)
+    /// or write how the last lease ended.
+    fn release_round(
+        &self,
+        names: &[String],
+        token: &str,
+        outcome: Outcome,
+        snap: &Snapshot,
+        hand_over: bool,
+    ) -> ReleaseRound {
+        let mut round = ReleaseRound::default();
+        for (name, q) in names.iter().zip(&snap.queues) {
+            let Some(e) = q.find(token) else { continue };
+            round.cmps.push(Compare::create_revision(
+                e.key.clone(),
+                CompareOp::Equal,
+                e.create,
+            ));
+            round.ops.push(TxnOp::delete(e.key.clone(), None));
+            if e.entry.names.iter().all(|n| names.contains(n))
+                && !round.leases.iter().any(|(l, _)| *l == e.lease)
+            {
+                let ttl = e.entry.held.then_some(e.entry.lease_ttl);
+                round.leases.push((e.lease, ttl));
+            }
+            if !e.entry.held {
+                continue;
+            }
+            round.held = true;
+            let Some((rec, _)) = q.record.as_ref().filter(|(r, _)| r.holder == token) else {
+                continue;
+            };
+            round.cmps.push(self.record_unchanged(name, q));
+            // A withdrawn attempt passes on what it was told itself.
+            let ended = outcome
+                .previous()
+                .unwrap_or_else(|| Previous::parse(&rec.previous));
+            match q.heir(token).filter(|_| hand_over) {
+                Some(heir) => {
+                    round.cmps.push(Compare::mod_revision(
+                        heir.key.clone(),
+                        CompareOp::Equal,
+                        heir.modrev,
+                    ));
+                    round
+                        .ops
+                        .extend(self.hand_to(q, heir, name, rec.offset, ended));
+                }
+                // The last lease granted ends: its successor will be told how.
+                None => {
+                    let rec = Record {
+                        released: ended == Previous::Released,
+                        ended: ended.text(),
+                        fence: Some(e.fence()),
+                        ..rec.clone()
+                    };
+                    let key = self.layout.record(name);
+                    round.ops.push(TxnOp::put(key, encode(&rec), None));
+                }
+            }
+        }
+        round
+    }
+
+    /// After a release: the delete is what freed the lock (and woke the next waiter). A
+    /// holder's lease has no keys left and is kept for the next waiter; a waiting lease, whose
+    /// ttl is not on record, is revoked without holding up the caller.
+    fn released_leases(
+        &self,
+        spare: Option<Free>,
+        leases: Vec<(i64, Option<i64>)>,
+        revoked: &[i64],
+        renewed: Option<(i64, Instant)>,
+    ) {
+        if let Some(l) = spare.filter(|l| !leases.iter().any(|(id, _)| *id == l.id)) {
+            self.recycle(l);
+        }
+        for (id, ttl) in leases.into_iter().filter(|(id, _)| !revoked.contains(id)) {
+            match ttl {
+                Some(ttl) => self.recycle(Free {
+                    id,
+                    ttl,
+                    renewed: renewed.filter(|(l, _)| *l == id).map(|(_, r)| r),
+                }),
+                None => self.revoke_later(id),
+            }
+        }
     }
 
     pub(super) async fn force_release(&self, names: &[String]) -> StoreResult<bool> {

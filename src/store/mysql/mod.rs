@@ -27,9 +27,9 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row, SslOpts, Value};
 
+use super::server::ServerUrl;
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions, redial};
-use super::url::ServerUrl;
 use super::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 use bell::Bells;
 use schema::{Sql, classify};
@@ -146,65 +146,73 @@ impl Mysql {
         let writes = decide(now, &mut rows).writes;
         let mut bells = Vec::new();
         for w in &writes {
-            let text = |s: &str| Value::from(s.as_bytes());
-            let (sql, args): (String, Vec<Value>) = match w {
-                Write::Record {
-                    name,
-                    fence,
-                    previous,
-                    wseq,
-                } => (
-                    self.sql.put_record(),
-                    vec![
-                        (*fence).into(),
-                        text(previous),
-                        (*wseq).into(),
-                        ns.clone(),
-                        text(name),
-                    ],
-                ),
-                Write::PutHolder { name, row } => (
-                    self.sql.put_holder(),
-                    vec![
-                        ns.clone(),
-                        text(name),
-                        text(&row.token),
-                        text(&row.mode),
-                        row.fence.into(),
-                        row.expires.into(),
-                        text(&row.meta),
-                    ],
-                ),
-                Write::DeleteHolder { name, token } => (
-                    self.sql.delete_holder(),
-                    vec![ns.clone(), text(name), text(token)],
-                ),
-                Write::PutWaiter { name, row } => (
-                    self.sql.put_waiter(),
-                    vec![
-                        ns.clone(),
-                        text(name),
-                        text(&row.token),
-                        text(&row.mode),
-                        row.seq.into(),
-                        row.expires.into(),
-                        text(&row.meta),
-                        row.bell.into(),
-                    ],
-                ),
-                Write::DeleteWaiter { name, token } => (
-                    self.sql.delete_waiter(),
-                    vec![ns.clone(), text(name), text(token)],
-                ),
-                Write::Wake { bell, .. } => {
-                    bells.push(*bell);
-                    continue;
-                }
-            };
-            c.exec_drop(sql, args).await?;
+            match self.statement(&ns, w) {
+                Some((sql, args)) => c.exec_drop(sql, args).await?,
+                None => bells.extend(match w {
+                    Write::Wake { bell, .. } => Some(*bell),
+                    _ => None,
+                }),
+            }
         }
         c.query_drop("COMMIT").await?;
         Ok(bells)
+    }
+
+    /// The statement that makes one write of the rules, with its arguments; None for a
+    /// wake-up, which is rung after the commit.
+    fn statement(&self, ns: &Value, w: &Write) -> Option<(String, Vec<Value>)> {
+        let text = |s: &str| Value::from(s.as_bytes());
+        Some(match w {
+            Write::Record {
+                name,
+                fence,
+                previous,
+                wseq,
+            } => (
+                self.sql.put_record(),
+                vec![
+                    (*fence).into(),
+                    text(previous),
+                    (*wseq).into(),
+                    ns.clone(),
+                    text(name),
+                ],
+            ),
+            Write::PutHolder { name, row } => (
+                self.sql.put_holder(),
+                vec![
+                    ns.clone(),
+                    text(name),
+                    text(&row.token),
+                    text(&row.mode),
+                    row.fence.into(),
+                    row.expires.into(),
+                    text(&row.meta),
+                ],
+            ),
+            Write::DeleteHolder { name, token } => (
+                self.sql.delete_holder(),
+                vec![ns.clone(), text(name), text(token)],
+            ),
+            Write::PutWaiter { name, row } => (
+                self.sql.put_waiter(),
+                vec![
+                    ns.clone(),
+                    text(name),
+                    text(&row.token),
+                    text(&row.mode),
+                    row.seq.into(),
+                    row.expires.into(),
+                    text(&row.meta),
+                    row.bell.into(),
+                ],
+            ),
+            Write::DeleteWaiter { name, token } => (
+                self.sql.delete_waiter(),
+                vec![ns.clone(), text(name), text(token)],
+            ),
+            Write::Wake { .. } => return None,
+        })
     }
 
     /// The connection, in step: a new one if the last was left out of step. A statement cut

@@ -27,9 +27,9 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio_postgres::types::{FromSql, ToSql, Type, accepts};
 use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
+use super::server::ServerUrl;
 use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
 use super::sql::{Backend, Decide, SqlStore, UrlOptions, redial};
-use super::url::ServerUrl;
 use super::{ErrorKind, Health, HealthQuery, Listener, StoreResult, TagWrite};
 use schema::{Sql, classify};
 use wake::Wakeups;
@@ -145,7 +145,6 @@ impl Postgres {
         writes: &[Write],
         lazy_commit: bool,
     ) -> Result<(), tokio_postgres::Error> {
-        let ns = &self.namespace;
         let channels: Vec<String> = writes
             .iter()
             .filter_map(|w| match w {
@@ -156,65 +155,10 @@ impl Postgres {
         let mut channel = channels.iter();
         let mut calls: Vec<BoxFuture<'_, Result<(), tokio_postgres::Error>>> = Vec::new();
         for w in writes {
-            let call: BoxFuture<'_, _> = match w {
-                Write::Record {
-                    name,
-                    fence,
-                    previous,
-                    wseq,
-                } => Box::pin(exec(
-                    c,
-                    &self.sql.put_record,
-                    vec![
-                        (ns, Type::TEXT),
-                        (name, Type::TEXT),
-                        (fence, Type::INT8),
-                        (previous, Type::TEXT),
-                        (wseq, Type::INT8),
-                    ],
-                )),
-                Write::PutHolder { name, row } => Box::pin(exec(
-                    c,
-                    &self.sql.put_holder,
-                    vec![
-                        (ns, Type::TEXT),
-                        (name, Type::TEXT),
-                        (&row.token, Type::TEXT),
-                        (&row.mode, Type::TEXT),
-                        (&row.fence, Type::INT8),
-                        (&row.expires, Type::INT8),
-                        (&row.meta, Type::TEXT),
-                    ],
-                )),
-                Write::DeleteHolder { name, token } => Box::pin(exec(
-                    c,
-                    &self.sql.delete_holder,
-                    vec![(ns, Type::TEXT), (name, Type::TEXT), (token, Type::TEXT)],
-                )),
-                Write::PutWaiter { name, row } => Box::pin(exec(
-                    c,
-                    &self.sql.put_waiter,
-                    vec![
-                        (ns, Type::TEXT),
-                        (name, Type::TEXT),
-                        (&row.token, Type::TEXT),
-                        (&row.mode, Type::TEXT),
-                        (&row.seq, Type::INT8),
-                        (&row.expires, Type::INT8),
-                        (&row.meta, Type::TEXT),
-                    ],
-                )),
-                Write::DeleteWaiter { name, token } => Box::pin(exec(
-                    c,
-                    &self.sql.delete_waiter,
-                    vec![(ns, Type::TEXT), (name, Type::TEXT), (token, Type::TEXT)],
-                )),
-                Write::Wake { .. } => {
-                    let ch = channel.next().expect("one channel per wake");
-                    Box::pin(exec(c, self.sql.wake, vec![(ch, Type::TEXT)]))
-                }
-            };
-            calls.push(call);
+            let ch = matches!(w, Write::Wake { .. })
+                .then(|| channel.next())
+                .flatten();
+            calls.push(self.call(c, w, ch));
         }
         calls.push(Box::pin(c.batch_execute(if lazy_commit {
             "SET LOCAL synchronous_commit TO OFF; COMMIT"
@@ -222,6 +166,74 @@ impl Postgres {
             "COMMIT"
         })));
         join_all(calls).await.into_iter().collect()
+    }
+
+    /// The statement that makes one write of the rules (a wake-up: a NOTIFY on `channel`).
+    fn call<'a>(
+        &'a self,
+        c: &'a Client,
+        w: &'a Write,
+        channel: Option<&'a String>,
+    ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>> {
+        let ns = &self.namespace;
+        match w {
+            Write::Record {
+                name,
+                fence,
+                previous,
+                wseq,
+            } => Box::pin(exec(
+                c,
+                &self.sql.put_record,
+                vec![
+                    (ns, Type::TEXT),
+                    (name, Type::TEXT),
+                    (fence, Type::INT8),
+                    (previous, Type::TEXT),
+                    (wseq, Type::INT8),
+                ],
+            )),
+            Write::PutHolder { name, row } => Box::pin(exec(
+                c,
+                &self.sql.put_holder,
+                vec![
+                    (ns, Type::TEXT),
+                    (name, Type::TEXT),
+                    (&row.token, Type::TEXT),
+                    (&row.mode, Type::TEXT),
+                    (&row.fence, Type::INT8),
+                    (&row.expires, Type::INT8),
+                    (&row.meta, Type::TEXT),
+                ],
+            )),
+            Write::DeleteHolder { name, token } => Box::pin(exec(
+                c,
+                &self.sql.delete_holder,
+                vec![(ns, Type::TEXT), (name, Type::TEXT), (token, Type::TEXT)],
+            )),
+            Write::PutWaiter { name, row } => Box::pin(exec(
+                c,
+                &self.sql.put_waiter,
+                vec![
+                    (ns, Type::TEXT),
+                    (name, Type::TEXT),
+                    (&row.token, Type::TEXT),
+                    (&row.mode, Type::TEXT),
+                    (&row.seq, Type::INT8),
+                    (&row.expires, Type::INT8),
+                    (&row.meta, Type::TEXT),
+                ],
+            )),
+            Write::DeleteWaiter { name, token } => Box::pin(exec(
+                c,
+                &self.sql.delete_waiter,
+                vec![(ns, Type::TEXT), (name, Type::TEXT), (token, Type::TEXT)],
+            )),
+            Write::Wake { .. } => {
+                let ch = channel.expect("one channel per wake");
+                Box::pin(exec(c, self.sql.wake, vec![(ch, Type::TEXT)]))
+            }
+        }
     }
 
     /// The connection, dialled again first if the server dropped it.

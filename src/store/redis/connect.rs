@@ -7,8 +7,8 @@ use redis::cluster::NodeAddress;
 use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
 use super::classify;
+use crate::store::server::{HostPort, ServerUrl, parse_host};
 use crate::store::tls::Files;
-use crate::store::url::{HostPort, ServerUrl, parse_host};
 use crate::store::{StoreError, StoreResult};
 
 /// How to reach one host of the URL.

@@ -32,7 +32,7 @@ use conn::{Conn, Lua};
 use connect::{client, connection_info, nat_map};
 use redial::{Redial, Retry};
 
-use super::url::ServerUrl;
+use super::server::ServerUrl;
 use super::{
     Acquire, Attempt, ErrorKind, Granted, Health, HealthQuery, Holder, Listener, LockState,
     MAX_POLL, Mode, Outcome, Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
@@ -180,7 +180,7 @@ impl RedisStore {
                 .collect();
             let template = url.clone();
             let dial: cluster::Dialer = Box::new(move |a| {
-                let host = crate::store::url::HostPort {
+                let host = crate::store::server::HostPort {
                     host: a.host().to_string(),
                     port: a.port(),
                 };

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::server::ServerUrl;
 use super::tls::Files;
-use super::url::ServerUrl;
 use super::{
     Acquire, Attempt, Finding, Health, HealthQuery, Listener, LockState, Outcome as End, Severity,
     Store, StoreError, StoreResult, TagWrite,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Client, CreateMode, Error, MultiWriteError, MultiWriteResult};
 
-use super::layout::{Paths, entry_data};
+use super::layout::{Paths, Record, entry_data};
 use super::{CONTENTION, Held, Hold, Inner, Mine, View, bad_path, classify, ms};
 use crate::store::queue::{Turn, turn};
 use crate::store::{Acquire, Attempt, Granted, Mode, Previous, StoreResult};
@@ -192,30 +192,8 @@ impl Inner {
                 w.add_delete(&self.paths.child(name, &h.child.node), Some(h.version))
                     .map_err(bad_path)?;
             }
-            let mut rec = v.record.clone();
-            // Leases granted and not released whose nodes are gone ended by expiry.
-            let alive = |t: &str| {
-                v.children.iter().any(|ch| ch.queued() && ch.token == t)
-                    || held[i].iter().any(|h| h.left_ms > 0 && h.child.token == t)
-            };
-            let before = rec.open.len();
-            rec.open.retain(|t, _| alive(t));
-            if rec.open.len() < before {
-                rec.previous = Previous::Expired.text();
-            }
-            let czxid = v.own.map_or(0, |s| s.czxid.max(0) as u64);
-            let fence = czxid.max(rec.fence + 1);
-            out.push(Granted {
-                fence,
-                previous: Previous::parse(&rec.previous),
-                started: None,
-            });
-            rec.fence = fence;
-            rec.open.insert(req.token.clone(), fence);
-            rec.since.retain(|t, _| rec.open.contains_key(t));
-            if let Some(at) = crate::meta::parse(&req.meta)["acquired_at"].as_str() {
-                rec.since.insert(req.token.clone(), at.to_string());
-            }
+            let (rec, granted) = granted_record(req, v, &held[i]);
+            out.push(granted);
             w.add_set_data(&self.paths.name(name), &rec.to_bytes(), Some(v.version))
                 .map_err(bad_path)?;
             holds.push(Hold {
@@ -349,4 +327,34 @@ fn already_granted(req: &Acquire, views: &[View]) -> Option<Vec<Granted>> {
                 })
         })
         .collect()
+}
+
+/// The name's record once `req` is granted over view `v` (with `held`, the detached holders
+/// it shows), and what the grant answers: leases granted and not released whose nodes are
+/// gone ended by expiry; the fence is above the record's and our entry's creation.
+fn granted_record(req: &Acquire, v: &View, held: &[Held]) -> (Record, Granted) {
+    let mut rec = v.record.clone();
+    let alive = |t: &str| {
+        v.children.iter().any(|ch| ch.queued() && ch.token == t)
+            || held.iter().any(|h| h.left_ms > 0 && h.child.token == t)
+    };
+    let before = rec.open.len();
+    rec.open.retain(|t, _| alive(t));
+    if rec.open.len() < before {
+        rec.previous = Previous::Expired.text();
+    }
+    let czxid = v.own.map_or(0, |s| s.czxid.max(0) as u64);
+    let fence = czxid.max(rec.fence + 1);
+    let granted = Granted {
+        fence,
+        previous: Previous::parse(&rec.previous),
+        started: None,
+    };
+    rec.fence = fence;
+    rec.open.insert(req.token.clone(), fence);
+    rec.since.retain(|t, _| rec.open.contains_key(t));
+    if let Some(at) = crate::meta::parse(&req.meta)["acquired_at"].as_str() {
+        rec.since.insert(req.token.clone(), at.to_string());
+    }
+    (rec, granted)
 }

@@ -36,7 +36,7 @@ use zookeeper_client::{
     Acl, Acls, AuthId, Client, CreateMode, CreateOptions, Error, MultiReadResult, Permission, Stat,
 };
 
-use super::url::ServerUrl;
+use super::server::ServerUrl;
 use super::{
     Acquire, Attempt, ErrorKind, Health, HealthQuery, Listener, LockState, Outcome, Store,
     StoreError, StoreResult, TagWrite,
