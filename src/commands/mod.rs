@@ -23,7 +23,7 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 
-use crate::cli::{AcquireArgs, Command, HolderArgs, ModeArgs};
+use crate::cli::{AcquireArgs, Command, HolderArgs, ModeArgs, SuperviseArgs};
 use crate::engine::{EngineError, Lease, Wait, previous};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
@@ -72,6 +72,14 @@ pub fn mode(args: &ModeArgs) -> Mode {
         (true, _) => Mode::Shared,
         (false, Some(k)) => Mode::Limit(k),
         (false, None) => Mode::Exclusive,
+    }
+}
+
+/// What a supervised job is told when its lease is lost (`--on-lost`, `--warn-signal`).
+pub fn warnings(args: &SuperviseArgs) -> crate::supervisor::Warnings {
+    crate::supervisor::Warnings {
+        on_lost: args.on_lost.clone(),
+        warn_signal: args.warn_signal,
     }
 }
 

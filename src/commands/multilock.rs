@@ -42,7 +42,8 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
                     grace,
                     args.supervise.leave_running,
                 )?
-                .with_store_id(ctx.shards.store_id()),
+                .with_store_id(ctx.shards.store_id())
+                .with_warnings(super::warnings(&args.supervise)),
             ),
         };
         let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;

@@ -62,7 +62,8 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         // The watchdog is forked now, not between the grant and the command.
         let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
         let prepared = supervisor::prepare(&command, &all, grace, args.supervise.leave_running)?
-            .with_store_id(ctx.shards.store_id());
+            .with_store_id(ctx.shards.store_id())
+            .with_warnings(super::warnings(&args.supervise));
         let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
         let names = lease.req.names.clone();
         tokio::select! {

@@ -29,6 +29,7 @@ mod job_life;
 mod json_contract;
 mod lost_grant;
 mod lost_messages;
+mod lost_signal;
 mod minority;
 mod mixed;
 mod modes;
