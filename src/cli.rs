@@ -221,6 +221,13 @@ pub struct HolderArgs {
     /// `multilock -- CMD` only, where dlock prints no result of its own)
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
+
+    /// After the run, record it in this node_exporter textfile-collector file (Prometheus
+    /// text format, replaced atomically): last start, success and failure times, exit code,
+    /// duration, wait, busy skips and lost leases, labelled by lock name; several names and
+    /// runs may share one file
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 /// How a supervised job is stopped, and when it has ended.
@@ -401,6 +408,16 @@ pub struct ListArgs {
     /// The held names alone, one a line: what shell completion offers
     #[arg(long, hide = true)]
     pub names: bool,
+    /// table: for people; prometheus: the Prometheus text format (holders, how long the
+    /// oldest has held, waiters; one series per name), for a scrape script
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListFormat {
+    Table,
+    Prometheus,
 }
 
 #[derive(Args, Debug)]

@@ -8,10 +8,10 @@ use serde_json::json;
 use super::Ctx;
 use super::engine_error;
 use super::inspect::{Merged, expires, merge, who};
-use crate::cli::ListArgs;
+use crate::cli::{ListArgs, ListFormat};
 use crate::engine::{Engine, EngineError};
-use crate::exit::Result;
-use crate::meta::{field, printable};
+use crate::exit::{Error, Result};
+use crate::meta::{field, held_for, printable};
 use crate::store::LockState;
 
 /// `  reason: TEXT  ci: URL`, escaped, for a holder that gave them.
@@ -75,6 +75,16 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
         }
         return Ok(0);
     }
+    if args.format == ListFormat::Prometheus {
+        if ctx.out.json {
+            return Err(Error::usage(
+                "--json and --format prometheus each choose the output; give one",
+            ));
+        }
+        let named: Vec<(&String, &Merged)> = rows.iter().map(|(_, n, m)| (n, m)).collect();
+        ctx.out.line(prometheus(&named, &ctx.namespace).trim_end());
+        return Ok(0);
+    }
     if ctx.out.json {
         let locks: Vec<_> = rows
             .iter()
@@ -129,6 +139,46 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
         ctx.out.line(&line);
     }
     Ok(0)
+}
+
+/// The held names as the Prometheus text format: holders, the oldest holder's age (where
+/// the holders said when they took it) and waiters, each labelled by namespace and lock.
+fn prometheus(rows: &[(&String, &Merged)], namespace: &str) -> String {
+    use crate::metrics::sample;
+    let families: [(&str, &str, fn(&Merged) -> Option<String>); 3] = [
+        (
+            "dlock_lock_holders",
+            "Holders of the lock (on a majority of the stores).",
+            |m| Some(m.holders.len().to_string()),
+        ),
+        (
+            "dlock_lock_held_seconds",
+            "How long the lock's oldest holder has held it.",
+            |m| {
+                let age = m
+                    .holders
+                    .iter()
+                    .filter_map(|q| held_for(&q.holder.meta))
+                    .max()?;
+                // Holders say when they took it to the second.
+                Some(age.as_secs().to_string())
+            },
+        ),
+        ("dlock_lock_waiters", "Clients waiting for the lock.", |m| {
+            Some(m.waiters.len().to_string())
+        }),
+    ];
+    let mut out = String::new();
+    for (family, help, value) in families {
+        out.push_str(&format!("# HELP {family} {help}\n# TYPE {family} gauge\n"));
+        for (name, m) in rows {
+            if let Some(v) = value(m) {
+                let labels = [("namespace", namespace), ("lock", name.as_str())];
+                out.push_str(&sample(family, &labels, &v));
+            }
+        }
+    }
+    out
 }
 
 /// The table's lines, each column as wide as its widest cell (fences grow to 15 digits and

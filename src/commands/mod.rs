@@ -83,6 +83,43 @@ pub fn warnings(args: &SuperviseArgs) -> crate::supervisor::Warnings {
     }
 }
 
+/// When a run asked for its lock and when its command started, for `--metrics-file`.
+#[derive(Default)]
+pub struct Timing {
+    /// How long the run waited for the lock, granted or not.
+    pub waited: Option<Duration>,
+    /// When the command started (wall clock, for the file; monotonic, for its duration).
+    pub started: Option<(std::time::SystemTime, std::time::Instant)>,
+}
+
+/// Record how a run on `names` ended in `--metrics-file`, if one was given. A file that
+/// cannot be written is said on stderr; it never changes the run's exit code.
+pub fn record_metrics(
+    ctx: &Ctx,
+    path: Option<&std::path::Path>,
+    names: &[String],
+    ended: &Result<i32>,
+    timing: &Timing,
+) {
+    let Some(path) = path else { return };
+    let run = crate::metrics::Run {
+        waited: timing.waited,
+        ran: timing.started.map(|(at, mono)| (at, mono.elapsed())),
+        exit_code: match ended {
+            Ok(code) => Some(*code),
+            Err(e) if e.kind() == "not_acquired" => None,
+            Err(e) => Some(i32::from(e.code)),
+        },
+        lost: matches!(ended, Err(e) if e.code == ExitCode::LockLost),
+    };
+    if let Err(e) = crate::metrics::record(path, names, &run) {
+        ctx.out.warn(&format!(
+            "cannot write --metrics-file {}: {e}",
+            crate::output::printable(&path.display().to_string())
+        ));
+    }
+}
+
 /// A grant request for `named` (each name with its mode; put in canonical order: sorted,
 /// without duplicates), with what the holder says of itself (`--reason`, the CI job) in its
 /// metadata.

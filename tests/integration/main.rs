@@ -30,6 +30,7 @@ mod json_contract;
 mod lost_grant;
 mod lost_messages;
 mod lost_signal;
+mod metrics;
 mod minority;
 mod mixed;
 mod modes;
