@@ -62,6 +62,54 @@ fn conforms(env: &Env, saved: &[(String, String)]) {
     );
 }
 
+/// Every line of an `--events` log through the schema's `$defs/event`.
+pub fn events_conform(log: &std::path::Path) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let o = std::process::Command::new(format!("{root}/scripts/check-json"))
+        .arg("--events")
+        .arg(format!("{root}/docs/dlock.schema.json"))
+        .arg(log)
+        .output()
+        .expect("python3 with jsonschema (pip install jsonschema)");
+    assert!(
+        o.status.success(),
+        "events that do not conform to the schema:\n{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
+/// The events of a run that waited, renewed and released, and of one that lost its lease.
+#[test]
+fn every_event_line_conforms_to_the_schema() {
+    let env = Env::file();
+    let log = env.path("events");
+    let log_s = log.to_str().unwrap();
+    let token = stdout(&env.run(&["lock", "a"]));
+    let waiter = env.spawn(&[
+        "run", "a", "--ttl", "1s", "--events", log_s, "--", "sleep", "0.6",
+    ]);
+    assert!(wait_for(Duration::from_secs(20), || read(&log)
+        .contains("\"waiting\"")));
+    assert_code(&env.run(&["unlock", "a", "--token", &token]), 0);
+    assert_code(&finish(waiter, Duration::from_secs(30)), 0);
+    let lost = env.spawn(&["run", "a", "--events", log_s, "--", "sleep", "60"]);
+    assert!(wait_for(Duration::from_secs(20), || read(&log)
+        .matches("\"acquired\"")
+        .count()
+        == 2));
+    assert_code(&env.run(&["unlock", "a", "--force"]), 0);
+    assert_code(&finish(lost, Duration::from_secs(30)), 70);
+    let text = read(&log);
+    for kind in ["waiting", "acquired", "renewed", "released", "lost"] {
+        assert!(
+            text.contains(&format!("\"event\":\"{kind}\"")),
+            "{kind}: {text}"
+        );
+    }
+    events_conform(&log);
+}
+
 #[test]
 fn every_command_prints_one_versioned_object_on_every_exit() {
     let env = Env::file();

@@ -14,17 +14,19 @@ use crate::common::*;
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// A bash job that writes, in `dir`: `started` (the lease file's first line when it began),
-/// `states` (each new first line of the lease file, as it polls it), `order` (what its USR1
-/// and TERM traps saw, in the order they ran: `usr1 <lease file's first line>`, then `term
-/// onlost` if the `--on-lost` hook had run by then, or `term`). The USR1 trap is builtins
-/// only, so a TERM cannot cut it short.
+/// `states` (each new first line of the lease file, as it polls it), `order` (its USR1 and
+/// TERM traps, in the order they ran: `usr1`, then `term <lease file's first line> onlost`,
+/// without `onlost` if the `--on-lost` hook had not run by then). The USR1 trap is one
+/// builtin: bash runs a pending trap between two commands, even inside another trap, so a
+/// TERM could cut a longer one short.
 fn job_script(dir: &Path) -> String {
     let d = dir.display();
     format!(
         r#"read -r s < "$DLOCK_LEASE_FILE"; echo "$s" > {d}/started.tmp; mv {d}/started.tmp {d}/started
-trap 'read -r s < "$DLOCK_LEASE_FILE"; echo "usr1 $s" >> {d}/order' USR1
-trap 'i=0; while [ ! -e {d}/onlost ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
-  if [ -e {d}/onlost ]; then echo "term onlost" >> {d}/order; else echo term >> {d}/order; fi
+trap 'echo usr1 >> {d}/order' USR1
+trap 'read -r s < "$DLOCK_LEASE_FILE"; i=0
+  while [ ! -e {d}/onlost ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
+  if [ -e {d}/onlost ]; then echo "term $s onlost" >> {d}/order; else echo "term $s" >> {d}/order; fi
   exit 143' TERM
 last=
 while :; do
@@ -83,14 +85,14 @@ fn kinds(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// What every lost run shows: exit 70; the warning signal, with the lease file saying
-/// `lost`, before the SIGTERM; the hook run (with the lease's variables) before the job was
+/// What every lost run shows: exit 70; the warning signal before the SIGTERM, and the lease
+/// file saying `lost` by then; the hook run (with the lease's variables) before the job was
 /// stopped; the lease file gone with the run.
 fn assert_warned_before_the_stop(env: &Env, run: Child) {
     let o = finish(run, LIMIT);
     assert_code(&o, 70);
     let order = lines(&env.path("order"));
-    assert_eq!(order, ["usr1 state=lost", "term onlost"], "{}", stderr(&o));
+    assert_eq!(order, ["usr1", "term state=lost onlost"], "{}", stderr(&o));
     let acquired = read(&env.path("events"));
     let acquired: serde_json::Value =
         serde_json::from_str(acquired.lines().next().unwrap()).unwrap();
@@ -142,7 +144,7 @@ fn a_blackholed_store_is_late_then_lost_and_the_job_is_warned_before_the_stop() 
     proxy.set(Mode::Blackhole);
     assert_warned_before_the_stop(&env, run);
     proxy.set(Mode::Pass);
-    // `lost` the USR1 trap saw (above); the polling loop may see it too, before the TERM.
+    // `lost` the TERM trap saw (above); the polling loop may see it too, before the TERM.
     let states = lines(&env.path("states"));
     assert_eq!(
         states[..2],
@@ -190,7 +192,7 @@ fn multilock_warns_its_command_too() {
     assert_code(&o, 70);
     assert_eq!(
         lines(&env.path("order")),
-        ["usr1 state=lost", "term onlost"]
+        ["usr1", "term state=lost onlost"]
     );
 }
 
