@@ -96,6 +96,9 @@ Environment of the command:
                   for --max-runtime, 70 for a lost lock), when known; unset otherwise
   DLOCK_STORE_ID  the stores and namespace of the lease, as a digest: a `dlock run` of the
                   same name inside the command runs at once and takes nothing
+  DLOCK_LEASE_FILE  a file of KEY=VALUE lines, rewritten whole as the lease changes:
+                  state=held|renewing-late|lost, deadline_unix_ms, fence, updated_unix_ms;
+                  removed when the run ends (--warn-signal, --on-lost: told at `lost`)
 
 When the job ends (the job: the command and every process it started):
   the command is killed, or dlock stops it (Ctrl-C, a signal dlock forwards, a lost lease,
@@ -217,7 +220,7 @@ pub struct HolderArgs {
     pub reason: Option<String>,
 
     /// Append one JSON object per line for each event of the lease (waiting, acquired,
-    /// renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and
+    /// renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and
     /// `multilock -- CMD` only, where dlock prints no result of its own)
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,

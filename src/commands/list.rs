@@ -76,14 +76,7 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
         return Ok(0);
     }
     if args.format == ListFormat::Prometheus {
-        if ctx.out.json {
-            return Err(Error::usage(
-                "--json and --format prometheus each choose the output; give one",
-            ));
-        }
-        let named: Vec<(&String, &Merged)> = rows.iter().map(|(_, n, m)| (n, m)).collect();
-        ctx.out.line(prometheus(&named, &ctx.namespace).trim_end());
-        return Ok(0);
+        return print_prometheus(ctx, &rows);
     }
     if ctx.out.json {
         let locks: Vec<_> = rows
@@ -141,11 +134,26 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
     Ok(0)
 }
 
+/// `--format prometheus`: the rows as `prometheus` writes them.
+fn print_prometheus(ctx: &Ctx, rows: &[(usize, String, Merged)]) -> Result<i32> {
+    if ctx.out.json {
+        return Err(Error::usage(
+            "--json and --format prometheus each choose the output; give one",
+        ));
+    }
+    let named: Vec<(&String, &Merged)> = rows.iter().map(|(_, n, m)| (n, m)).collect();
+    ctx.out.line(prometheus(&named, &ctx.namespace).trim_end());
+    Ok(0)
+}
+
+/// One family's value for a held name (None: not known, no sample).
+type Value = fn(&Merged) -> Option<String>;
+
 /// The held names as the Prometheus text format: holders, the oldest holder's age (where
 /// the holders said when they took it) and waiters, each labelled by namespace and lock.
 fn prometheus(rows: &[(&String, &Merged)], namespace: &str) -> String {
     use crate::metrics::sample;
-    let families: [(&str, &str, fn(&Merged) -> Option<String>); 3] = [
+    let families: [(&str, &str, Value); 3] = [
         (
             "dlock_lock_holders",
             "Holders of the lock (on a majority of the stores).",

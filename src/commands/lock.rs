@@ -19,14 +19,12 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     );
     // The token is the result on stdout: events go to a file only.
     let events = Events::open(args.holder.events.as_deref(), false)?;
-    let asked = std::time::Instant::now();
-    let lease = acquire_with(ctx, &req, &args.acquire, &events).await;
-    events.finish();
     // The run, for --metrics-file, is the taking of the lock: no command of its own.
-    let timing = super::Timing {
-        waited: Some(asked.elapsed()),
-        started: None,
-    };
+    let mut timing = super::Timing::default();
+    let lease = timing
+        .wait_on(acquire_with(ctx, &req, &args.acquire, &events))
+        .await;
+    events.finish();
     let ended = match lease {
         Ok(lease) => hand_over(ctx, &lease).await,
         Err(e) => Err(e),

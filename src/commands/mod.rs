@@ -92,6 +92,22 @@ pub struct Timing {
     pub started: Option<(std::time::SystemTime, std::time::Instant)>,
 }
 
+impl Timing {
+    /// Await the taking of the lock (`acquire_with`, `acquire_any`), noting how long it took,
+    /// granted or not.
+    pub async fn wait_on<T>(&mut self, acquiring: impl std::future::Future<Output = T>) -> T {
+        let asked = std::time::Instant::now();
+        let r = acquiring.await;
+        self.waited = Some(asked.elapsed());
+        r
+    }
+
+    /// The command starts now.
+    pub fn start(&mut self) {
+        self.started = Some((std::time::SystemTime::now(), std::time::Instant::now()));
+    }
+}
+
 /// Record how a run on `names` ended in `--metrics-file`, if one was given. A file that
 /// cannot be written is said on stderr; it never changes the run's exit code.
 pub fn record_metrics(

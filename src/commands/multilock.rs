@@ -47,14 +47,13 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
                 .with_warnings(super::warnings(&args.supervise)),
             ),
         };
-        let asked = std::time::Instant::now();
-        let lease = acquire_with(ctx, &req, &args.acquire, &events).await;
-        timing.waited = Some(asked.elapsed());
-        let lease = lease?;
+        let lease = timing
+            .wait_on(acquire_with(ctx, &req, &args.acquire, &events))
+            .await?;
         let Some(prepared) = prepared else {
             return super::lock::hand_over(ctx, &lease).await;
         };
-        timing.started = Some((std::time::SystemTime::now(), std::time::Instant::now()));
+        timing.start();
         supervisor::supervise_with(
             &ctx.shards,
             &ctx.out,

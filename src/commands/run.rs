@@ -66,11 +66,10 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
         let prepared = supervisor::prepare(&command, &names, grace, args.supervise.leave_running)?
             .with_store_id(ctx.shards.store_id())
             .with_warnings(super::warnings(&args.supervise));
-        let asked = std::time::Instant::now();
-        let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await;
-        timing.waited = Some(asked.elapsed());
-        let lease = lease?;
-        timing.started = Some((std::time::SystemTime::now(), std::time::Instant::now()));
+        let lease = timing
+            .wait_on(acquire_any(ctx, &reqs, &args.acquire, &events))
+            .await?;
+        timing.start();
         names = lease.req.names.clone();
         tokio::select! {
             r = supervisor::supervise_with(

@@ -57,8 +57,7 @@ impl Supervised<'_> {
             };
             self.out.error(&why);
             self.lost_event(&why);
-            let deadline = self.health.borrow().deadline;
-            self.alarm.lost(deadline, &why, None, self.out);
+            self.alarm.lost(self.pushed, &why, None, self.out);
             self.lost = Some(why);
         }
         if self.lost.is_some() || overran {

@@ -13,28 +13,48 @@ use crate::common::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// A bash job that writes, in `dir`: `started` (the lease file's first line when it began),
-/// `states` (each new first line of the lease file, as it polls it), `order` (its USR1 and
-/// TERM traps, in the order they ran: `usr1`, then `term <lease file's first line> onlost`,
-/// without `onlost` if the `--on-lost` hook had not run by then). The USR1 trap is one
-/// builtin: bash runs a pending trap between two commands, even inside another trap, so a
-/// TERM could cut a longer one short.
-fn job_script(dir: &Path) -> String {
-    let d = dir.display();
-    format!(
-        r#"read -r s < "$DLOCK_LEASE_FILE"; echo "$s" > {d}/started.tmp; mv {d}/started.tmp {d}/started
-trap 'echo usr1 >> {d}/order' USR1
-trap 'read -r s < "$DLOCK_LEASE_FILE"; i=0
-  while [ ! -e {d}/onlost ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
-  if [ -e {d}/onlost ]; then echo "term $s onlost" >> {d}/order; else echo "term $s" >> {d}/order; fi
-  exit 143' TERM
-last=
-while :; do
-  if read -r s < "$DLOCK_LEASE_FILE" && [ "$s" != "$last" ]; then echo "$s" >> {d}/states; last=$s; fi
-  sleep 0.05 & wait $!
-done"#
-    )
-}
+/// A job (Python) that writes, in `dir`: `started` (the lease file's first line when it
+/// began), `states` (each new first line of the lease file, as it polls it), `order` (the
+/// signals it got, in the order it took them: `usr1 <lease file's first line>`, and `term
+/// onlost` if the `--on-lost` hook had run by then, else `term -`; it ends on SIGTERM). It
+/// takes the signals with `sigtimedwait`, one at a time, where a shell's traps may run one
+/// inside another and cut the first short.
+const JOB: &str = r#"
+import os, signal, sys, time
+d, lease = sys.argv[1], os.environ["DLOCK_LEASE_FILE"]
+def state():
+    try:
+        with open(lease) as f:
+            return f.readline().strip()
+    except OSError:
+        return "gone"
+def append(name, line):
+    with open(os.path.join(d, name), "a") as f:
+        f.write(line + "\n")
+sigs = {signal.SIGUSR1, signal.SIGTERM}
+signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+append("started.tmp", state())
+os.rename(os.path.join(d, "started.tmp"), os.path.join(d, "started"))
+last = None
+while True:
+    s = state()
+    if s != last:
+        append("states", s)
+        last = s
+    got = signal.sigtimedwait(sigs, 0.05)
+    if got is None:
+        continue
+    if got.si_signo == signal.SIGUSR1:
+        append("order", "usr1 " + state())
+        continue
+    onlost = os.path.join(d, "onlost")
+    for _ in range(200):
+        if os.path.exists(onlost):
+            break
+        time.sleep(0.02)
+    append("order", "term " + ("onlost" if os.path.exists(onlost) else "-"))
+    sys.exit(143)
+"#;
 
 /// The `--on-lost` hook: the lease's variables and the reason, into `dir/onlost` at once.
 fn hook(dir: &Path) -> String {
@@ -44,17 +64,17 @@ fn hook(dir: &Path) -> String {
     )
 }
 
-/// `dlock run job ARGS --warn-signal USR1 --on-lost HOOK --events FILE -- bash -c JOB`,
+/// `dlock run job ARGS --warn-signal USR1 --on-lost HOOK --events FILE -- python3 -c JOB DIR`,
 /// started and waited for until the job runs.
 fn start(env: &Env, args: &[&str]) -> Child {
     let dir = env.dir.path();
     let events = env.path("events");
-    let (script, hook) = (job_script(dir), hook(dir));
+    let hook = hook(dir);
     let mut full = vec!["run", "job"];
     full.extend_from_slice(args);
     full.extend_from_slice(&["--warn-signal", "USR1", "--on-lost", &hook]);
     full.extend_from_slice(&["--events", events.to_str().unwrap()]);
-    full.extend_from_slice(&["--", "bash", "-c", &script]);
+    full.extend_from_slice(&["--", "python3", "-c", JOB, dir.to_str().unwrap()]);
     let mut run = env.spawn(&full);
     let started = env.path("started");
     assert!(
@@ -85,14 +105,14 @@ fn kinds(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// What every lost run shows: exit 70; the warning signal before the SIGTERM, and the lease
-/// file saying `lost` by then; the hook run (with the lease's variables) before the job was
+/// What every lost run shows: exit 70; the warning signal, with the lease file saying `lost`,
+/// before the SIGTERM; the hook run (with the lease's variables) before the job was
 /// stopped; the lease file gone with the run.
 fn assert_warned_before_the_stop(env: &Env, run: Child) {
     let o = finish(run, LIMIT);
     assert_code(&o, 70);
     let order = lines(&env.path("order"));
-    assert_eq!(order, ["usr1", "term state=lost onlost"], "{}", stderr(&o));
+    assert_eq!(order, ["usr1 state=lost", "term onlost"], "{}", stderr(&o));
     let acquired = read(&env.path("events"));
     let acquired: serde_json::Value =
         serde_json::from_str(acquired.lines().next().unwrap()).unwrap();
@@ -144,7 +164,7 @@ fn a_blackholed_store_is_late_then_lost_and_the_job_is_warned_before_the_stop() 
     proxy.set(Mode::Blackhole);
     assert_warned_before_the_stop(&env, run);
     proxy.set(Mode::Pass);
-    // `lost` the TERM trap saw (above); the polling loop may see it too, before the TERM.
+    // `lost` the job saw with USR1 (above); its polling may see it too, before the TERM.
     let states = lines(&env.path("states"));
     assert_eq!(
         states[..2],
@@ -171,7 +191,7 @@ fn a_blackholed_store_is_late_then_lost_and_the_job_is_warned_before_the_stop() 
 fn multilock_warns_its_command_too() {
     let env = Env::file();
     let dir = env.dir.path();
-    let (script, hook) = (job_script(dir), hook(dir));
+    let hook = hook(dir);
     let mut run = env.spawn(&[
         "multilock",
         "job",
@@ -181,9 +201,10 @@ fn multilock_warns_its_command_too() {
         "--on-lost",
         &hook,
         "--",
-        "bash",
+        "python3",
         "-c",
-        &script,
+        JOB,
+        dir.to_str().unwrap(),
     ]);
     assert!(wait_for(LIMIT, || env.path("started").exists()
         || matches!(run.try_wait(), Ok(Some(_)))));
@@ -192,7 +213,7 @@ fn multilock_warns_its_command_too() {
     assert_code(&o, 70);
     assert_eq!(
         lines(&env.path("order")),
-        ["usr1", "term state=lost onlost"]
+        ["usr1 state=lost", "term onlost"]
     );
 }
 
