@@ -48,32 +48,26 @@ fn conforms(env: &Env, saved: &[(String, String)]) {
             p
         })
         .collect();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let o = std::process::Command::new(format!("{root}/scripts/check-json"))
-        .arg(format!("{root}/docs/dlock.schema.json"))
-        .args(&files)
-        .output()
-        .expect("python3 with jsonschema (pip install jsonschema)");
-    assert!(
-        o.status.success(),
-        "outputs that do not conform to the schema:\n{}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    check_json(&[], &files, "outputs");
 }
 
 /// Every line of an `--events` log through the schema's `$defs/event`.
 pub fn events_conform(log: &std::path::Path) {
+    check_json(&["--events"], &[log.to_path_buf()], "events");
+}
+
+/// scripts/check-json `flags` SCHEMA `files`: each must conform (`what` names them).
+fn check_json(flags: &[&str], files: &[std::path::PathBuf], what: &str) {
     let root = env!("CARGO_MANIFEST_DIR");
     let o = std::process::Command::new(format!("{root}/scripts/check-json"))
-        .arg("--events")
+        .args(flags)
         .arg(format!("{root}/docs/dlock.schema.json"))
-        .arg(log)
+        .args(files)
         .output()
         .expect("python3 with jsonschema (pip install jsonschema)");
     assert!(
         o.status.success(),
-        "events that do not conform to the schema:\n{}{}",
+        "{what} that do not conform to the schema:\n{}{}",
         stdout(&o),
         stderr(&o)
     );
