@@ -177,10 +177,10 @@ impl Alarm {
         if let Ok(err) = std::io::stderr().as_fd().try_clone_to_owned() {
             c.stdout(Stdio::from(err));
         }
-        for (k, _) in std::env::vars_os() {
-            if k.to_str().is_some_and(|k| k.starts_with("DLOCK_")) {
-                c.env_remove(k);
-            }
+        // dlock's own lease variables (a dlock inside another's job) are not the hook's; the
+        // rest of the environment (DLOCK_STORE, DLOCK_NAMESPACE) is, so it can call dlock.
+        for k in super::spawn::LEASE_VARS {
+            c.env_remove(k);
         }
         c.envs(self.on_lost_env(why));
         match c.spawn() {
