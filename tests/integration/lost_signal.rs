@@ -148,13 +148,14 @@ fn a_blackholed_store_is_late_then_lost_and_the_job_is_warned_before_the_stop() 
     let redis = RedisServer::start();
     let proxy = Proxy::to_port(redis.port);
     let env = Env::with_stores(vec![format!("redis://{}", proxy.addr())]);
+    // SIGTERM 2.5s before the deadline, SIGKILL some 1.9s after it: time for the hook.
     let run = start(
         &env,
         &[
             "--ttl",
-            "4s",
+            "6s",
             "--kill-grace",
-            "1500ms",
+            "2500ms",
             "--store-timeout",
             "200ms",
         ],
