@@ -270,6 +270,11 @@ impl LeaseFile {
 
 impl Drop for LeaseFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The file and its directory, in two calls; a temporary file left by a failed write
+        // takes the slower walk of the directory.
+        let _ = std::fs::remove_file(&self.path);
+        if std::fs::remove_dir(&self.dir).is_err() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
