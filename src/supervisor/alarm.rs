@@ -60,7 +60,6 @@ pub struct Alarm {
     file: Option<LeaseFile>,
     /// The lease's variables, for `--on-lost` (see `on_lost_env`).
     env: Vec<(&'static str, String)>,
-    fence: String,
     names: Vec<String>,
     fences: Vec<u64>,
 }
@@ -74,12 +73,6 @@ impl Alarm {
         mut env: Vec<(&'static str, String)>,
         out: &Output,
     ) -> Alarm {
-        let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
-        let fence = fences
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(" ");
         let file = match LeaseFile::create() {
             Ok(f) => Some(f),
             Err(e) => {
@@ -99,9 +92,8 @@ impl Alarm {
             deadline: lease.deadline,
             file,
             env,
-            fence,
             names: lease.req.names.clone(),
-            fences,
+            fences: lease.grants.iter().map(|g| g.fence).collect(),
         };
         alarm.write(lease.deadline);
         alarm
@@ -209,11 +201,12 @@ impl Alarm {
     fn write(&self, deadline: Instant) {
         let Some(file) = &self.file else { return };
         let left = deadline.saturating_duration_since(Instant::now());
+        let fences: Vec<String> = self.fences.iter().map(u64::to_string).collect();
         let text = format!(
             "state={}\ndeadline_unix_ms={}\nfence={}\nupdated_unix_ms={}\n",
             self.state.word(),
             unix_ms(SystemTime::now() + left),
-            self.fence.replace(' ', ","),
+            fences.join(","),
             unix_ms(SystemTime::now()),
         );
         // A failed write leaves the last state in place; the job is not stopped for it.
