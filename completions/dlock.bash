@@ -241,12 +241,16 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__list)
-            opts="-v -q -h -V --names --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --names --format --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "table prometheus" -- "${cur}"))
+                    return 0
+                    ;;
                 --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -275,7 +279,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --metrics-file --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -317,6 +321,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --metrics-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -345,7 +353,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__multilock)
-            opts="-w -n -E -v -q -h -V --shared --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --kill-grace --leave-running --reason --events --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --shared --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --kill-grace --leave-running --on-lost --warn-signal --reason --events --metrics-file --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -383,11 +391,23 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --on-lost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warn-signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -419,7 +439,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-w -n -E -v -q -h -V --any --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --leave-running --reason --events --hold-min --max-runtime --jitter --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --any --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --leave-running --on-lost --warn-signal --reason --events --metrics-file --hold-min --max-runtime --jitter --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -461,11 +481,23 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --on-lost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warn-signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -689,7 +721,7 @@ _dlock_job() {
         if [[ -z $sub ]]; then
             case "$w" in
                 -*) ;;
-                *) [[ " --any --color --conflict-exit-code --events --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " == *" $prev_w "* ]] || sub="$w" ;;
+                *) [[ " --any --color --conflict-exit-code --events --format --hold-min --jitter --kill-grace --limit --max-runtime --metrics-file --namespace --on-lost --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait --warn-signal -E -w " == *" $prev_w "* ]] || sub="$w" ;;
             esac
         elif [[ $w == -- ]]; then
             case "$sub" in
@@ -704,7 +736,7 @@ _dlock_job() {
             esac
         elif [[ $w == --any ]]; then
             names=1
-        elif [[ $w != -* && " --any --color --conflict-exit-code --events --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]]; then
+        elif [[ $w != -* && " --any --color --conflict-exit-code --events --format --hold-min --jitter --kill-grace --limit --max-runtime --metrics-file --namespace --on-lost --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait --warn-signal -E -w " != *" $prev_w "* ]]; then
             positional=$((positional + 1))
         fi
         # The store options as given, so that the names come from the same store.
@@ -722,7 +754,7 @@ _dlock_job() {
             [[ $sub == multilock ]] && names=1
             # After these the word is a lock name all the same.
             [[ $prev_w == --shared || $prev_w == --any ]] && prev_w=""
-            if [[ $cur != -* && " --any --color --conflict-exit-code --events --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]] &&
+            if [[ $cur != -* && " --any --color --conflict-exit-code --events --format --hold-min --jitter --kill-grace --limit --max-runtime --metrics-file --namespace --on-lost --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait --warn-signal -E -w " != *" $prev_w "* ]] &&
                 ((names || positional == 0)); then
                 COMPREPLY=($(compgen -W "$(timeout 0.5 dlock "${store[@]}" list --names 2>/dev/null)" -- "$cur"))
                 return 0

@@ -96,6 +96,9 @@ Environment of the command:
                   for --max-runtime, 70 for a lost lock), when known; unset otherwise
   DLOCK_STORE_ID  the stores and namespace of the lease, as a digest: a `dlock run` of the
                   same name inside the command runs at once and takes nothing
+  DLOCK_LEASE_FILE  a file of KEY=VALUE lines, rewritten whole as the lease changes:
+                  state=held|renewing-late|lost, deadline_unix_ms, fence, updated_unix_ms;
+                  removed when the run ends (--warn-signal, --on-lost: told at `lost`)
 
 When the job ends (the job: the command and every process it started):
   the command is killed, or dlock stops it (Ctrl-C, a signal dlock forwards, a lost lease,
@@ -217,10 +220,17 @@ pub struct HolderArgs {
     pub reason: Option<String>,
 
     /// Append one JSON object per line for each event of the lease (waiting, acquired,
-    /// renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and
+    /// renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and
     /// `multilock -- CMD` only, where dlock prints no result of its own)
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
+
+    /// After the run, record it in this node_exporter textfile-collector file (Prometheus
+    /// text format, replaced atomically): last start, success and failure times, exit code,
+    /// duration, wait, busy skips and lost leases, labelled by lock name; several names and
+    /// runs may share one file
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 /// How a supervised job is stopped, and when it has ended.
@@ -236,6 +246,17 @@ pub struct SuperviseArgs {
     /// they have exited too, as flock's would be
     #[arg(long)]
     pub leave_running: bool,
+    /// The moment the lease is known lost (the store refused a renewal: `unlock --force`, an
+    /// expiry; or no renewal by the point of no return), run this shell command (`sh -c`)
+    /// with the lease's DLOCK_* variables and DLOCK_LOST_REASON. It runs beside the job and
+    /// is not waited for: the job is stopped at the usual time
+    #[arg(long, value_name = "CMD")]
+    pub on_lost: Option<String>,
+    /// The moment the lease is known lost, send this signal (USR1, SIGUSR2, 10...) to the
+    /// command's process group, just before the SIGTERM that stops it. A process of the
+    /// group that does not catch it gets its default action (USR1, USR2: terminate)
+    #[arg(long, value_name = "SIG", value_parser = parse_signal)]
+    pub warn_signal: Option<i32>,
 }
 
 #[derive(Args, Debug)]
@@ -390,6 +411,16 @@ pub struct ListArgs {
     /// The held names alone, one a line: what shell completion offers
     #[arg(long, hide = true)]
     pub names: bool,
+    /// table: for people; prometheus: the Prometheus text format (holders, how long the
+    /// oldest has held, waiters; one series per name), for a scrape script
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListFormat {
+    Table,
+    Prometheus,
 }
 
 #[derive(Args, Debug)]
@@ -506,6 +537,68 @@ fn parse_grace(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Signals by name, as kill(1) spells them (without `SIG`).
+const SIGNALS: [(&str, i32); 28] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ILL", libc::SIGILL),
+    ("TRAP", libc::SIGTRAP),
+    ("ABRT", libc::SIGABRT),
+    ("BUS", libc::SIGBUS),
+    ("FPE", libc::SIGFPE),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("IO", libc::SIGIO),
+];
+
+/// `--warn-signal`: a signal by name (`USR1`, `SIGUSR1`, any case) or number. SIGKILL and
+/// SIGSTOP cannot be caught, so they cannot warn: the stop that follows is dlock's.
+pub fn parse_signal(s: &str) -> Result<i32, String> {
+    let t = s.trim();
+    let upper = t.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let sig = match t.parse::<i32>() {
+        Ok(n) if (1..=libc::SIGRTMAX()).contains(&n) => n,
+        Ok(_) => {
+            return Err(format!(
+                "{s:?} is not a signal number (1 to {})",
+                libc::SIGRTMAX()
+            ));
+        }
+        Err(_) => SIGNALS
+            .iter()
+            .find(|(name, _)| *name == bare)
+            .map(|(_, n)| *n)
+            .ok_or_else(|| {
+                format!("{s:?} is not a signal; give a name such as USR1, USR2, HUP or a number")
+            })?,
+    };
+    if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+        return Err(format!(
+            "{s:?} cannot be caught, so it cannot warn the job; give e.g. USR1"
+        ));
+    }
+    Ok(sig)
+}
+
 fn parse_store_timeout(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(1) {
@@ -585,6 +678,17 @@ mod tests {
         assert!(parse_ttl("soon").is_err());
         assert!(parse_ttl("1000y").is_err());
         assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn signals_by_name_or_number() {
+        assert_eq!(parse_signal("USR1"), Ok(libc::SIGUSR1));
+        assert_eq!(parse_signal("sigusr2"), Ok(libc::SIGUSR2));
+        assert_eq!(parse_signal("SIGHUP"), Ok(libc::SIGHUP));
+        assert_eq!(parse_signal("10"), Ok(10));
+        for bad in ["KILL", "SIGSTOP", "9", "0", "-1", "USR3", "", "999"] {
+            assert!(parse_signal(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

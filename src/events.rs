@@ -1,7 +1,8 @@
 //! `--events FILE|-`: one JSON object per line for each thing that happens to a lease, so CI
 //! systems and log shippers can follow a run without parsing messages meant for people.
 //!
-//! Every line has `event` (waiting, acquired, renewed, renew-failed, lost, released), `time`
+//! Every line has `event` (waiting, acquired, renewed, renew-failed, renew-late, lost,
+//! released, and the others docs/json.md lists), `time`
 //! (RFC 3339, UTC, milliseconds), `unix_ms`, and `name` (or `names` for several locks); the
 //! lease events carry `fence` (or `fences`). A file is opened for appending and each line is
 //! one write, so several runs may share one file.

@@ -14,6 +14,7 @@ pub mod engine;
 pub(crate) mod events;
 pub(crate) mod exit;
 pub(crate) mod meta;
+pub(crate) mod metrics;
 pub mod names;
 pub(crate) mod output;
 pub(crate) mod parse;

@@ -6,10 +6,10 @@ use serde_json::json;
 use super::Ctx;
 use super::engine_error;
 use super::inspect::{expires, who};
-use crate::cli::ListArgs;
+use crate::cli::{ListArgs, ListFormat};
 use crate::engine::Merged;
-use crate::exit::Result;
-use crate::meta::{field, printable};
+use crate::exit::{Error, Result};
+use crate::meta::{field, held_for, printable};
 
 /// `  reason: TEXT  ci: URL`, escaped, for a holder that gave them.
 fn why(meta: &serde_json::Value) -> String {
@@ -40,6 +40,9 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
             ctx.out.line(name);
         }
         return Ok(0);
+    }
+    if args.format == ListFormat::Prometheus {
+        return print_prometheus(ctx, &rows);
     }
     if ctx.out.json {
         let locks: Vec<_> = rows
@@ -95,6 +98,61 @@ pub async fn run(args: ListArgs, ctx: &Ctx) -> Result<i32> {
         ctx.out.line(&line);
     }
     Ok(0)
+}
+
+/// `--format prometheus`: the rows as `prometheus` writes them.
+fn print_prometheus(ctx: &Ctx, rows: &[(usize, String, Merged)]) -> Result<i32> {
+    if ctx.out.json {
+        return Err(Error::usage(
+            "--json and --format prometheus each choose the output; give one",
+        ));
+    }
+    let named: Vec<(&String, &Merged)> = rows.iter().map(|(_, n, m)| (n, m)).collect();
+    ctx.out.line(prometheus(&named, &ctx.namespace).trim_end());
+    Ok(0)
+}
+
+/// One family's value for a held name (None: not known, no sample).
+type Value = fn(&Merged) -> Option<String>;
+
+/// The held names as the Prometheus text format: holders, the oldest holder's age (where
+/// the holders said when they took it) and waiters, each labelled by namespace and lock.
+fn prometheus(rows: &[(&String, &Merged)], namespace: &str) -> String {
+    use crate::metrics::sample;
+    let families: [(&str, &str, Value); 3] = [
+        (
+            "dlock_lock_holders",
+            "Holders of the lock (on a majority of the stores).",
+            |m| Some(m.holders.len().to_string()),
+        ),
+        (
+            "dlock_lock_held_seconds",
+            "How long the lock's oldest holder has held it.",
+            |m| {
+                let age = m
+                    .holders
+                    .iter()
+                    .filter_map(|q| held_for(&q.holder.meta))
+                    .max()?;
+                // Holders say when they took it to the second.
+                Some(age.as_secs().to_string())
+            },
+        ),
+        ("dlock_lock_waiters", "Clients waiting for the lock.", |m| {
+            Some(m.waiters.len().to_string())
+        }),
+    ];
+    let mut out = String::new();
+    for (family, help, value) in families {
+        out.push_str(&format!("# HELP {family} {help}\n# TYPE {family} gauge\n"));
+        for (name, m) in rows {
+            if let Some(v) = value(m) {
+                let labels = [("namespace", namespace), ("lock", name.as_str())];
+                out.push_str(&sample(family, &labels, &v));
+            }
+        }
+    }
+    out
 }
 
 /// The table's lines, each column as wide as its widest cell (fences grow to 15 digits and

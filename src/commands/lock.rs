@@ -19,9 +19,19 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     );
     // The token is the result on stdout: events go to a file only.
     let events = Events::open(args.holder.events.as_deref(), false)?;
-    let lease = acquire_with(ctx, &req, &args.acquire, &events).await;
+    // The run, for --metrics-file, is the taking of the lock: no command of its own.
+    let mut timing = super::Timing::default();
+    let lease = timing
+        .wait_on(acquire_with(ctx, &req, &args.acquire, &events))
+        .await;
     events.finish();
-    hand_over(ctx, &lease?).await
+    let ended = match lease {
+        Ok(lease) => hand_over(ctx, &lease).await,
+        Err(e) => Err(e),
+    };
+    let path = args.holder.metrics_file.as_deref();
+    super::record_metrics(ctx, path, &req.names, &ended, &timing);
+    ended
 }
 
 /// Print the token of a lease that outlives dlock; if it cannot be written (a full disk, a

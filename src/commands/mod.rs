@@ -16,6 +16,7 @@ mod outcome;
 mod request;
 pub mod run;
 pub mod shards;
+mod timing;
 pub mod unlock;
 pub mod wait;
 mod waiting;
@@ -24,6 +25,7 @@ pub use acquire::{acquire_any, acquire_with};
 pub(crate) use clock::trust_clock;
 pub use outcome::engine_error;
 pub use request::{holder_request, millis, mode, mode_json};
+pub use timing::{Timing, record_metrics, warnings};
 
 use crate::cli::Command;
 use crate::exit::Result;

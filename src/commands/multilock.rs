@@ -31,6 +31,7 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     let grace = supervisor::kill_grace(args.supervise.kill_grace, req.ttl)?;
     // Without a command the token is the result on stdout, so `--events -` may not use it.
     let events = Events::open(args.holder.events.as_deref(), !detached)?;
+    let mut timing = super::Timing::default();
     let ended = async {
         // The watchdog is forked before the wait, not between the grant and the command.
         let prepared = match detached {
@@ -42,13 +43,17 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
                     grace,
                     args.supervise.leave_running,
                 )?
-                .with_store_id(ctx.shards.store_id()),
+                .with_store_id(ctx.shards.store_id())
+                .with_warnings(super::warnings(&args.supervise)),
             ),
         };
-        let lease = acquire_with(ctx, &req, &args.acquire, &events).await?;
+        let lease = timing
+            .wait_on(acquire_with(ctx, &req, &args.acquire, &events))
+            .await?;
         let Some(prepared) = prepared else {
             return super::lock::hand_over(ctx, &lease).await;
         };
+        timing.start();
         supervisor::supervise_with(
             &ctx.shards,
             &ctx.out,
@@ -62,5 +67,7 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
     }
     .await;
     events.finish();
+    let path = args.holder.metrics_file.as_deref();
+    super::record_metrics(ctx, path, &req.names, &ended, &timing);
     ended
 }

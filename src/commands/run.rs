@@ -58,13 +58,19 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     if let Some(most) = args.cron.jitter {
         jitter(ctx, most).await?;
     }
+    // The names a skipped or failed run is recorded under; the one taken once granted.
+    let mut names: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
+    let mut timing = super::Timing::default();
     let ended = async {
         // The watchdog is forked now, not between the grant and the command.
-        let all: Vec<String> = reqs.iter().flat_map(|r| r.names.clone()).collect();
-        let prepared = supervisor::prepare(&command, &all, grace, args.supervise.leave_running)?
-            .with_store_id(ctx.shards.store_id());
-        let lease = acquire_any(ctx, &reqs, &args.acquire, &events).await?;
-        let names = lease.req.names.clone();
+        let prepared = supervisor::prepare(&command, &names, grace, args.supervise.leave_running)?
+            .with_store_id(ctx.shards.store_id())
+            .with_warnings(super::warnings(&args.supervise));
+        let lease = timing
+            .wait_on(acquire_any(ctx, &reqs, &args.acquire, &events))
+            .await?;
+        timing.start();
+        names = lease.req.names.clone();
         tokio::select! {
             r = supervisor::supervise_with(
                 &ctx.shards,
@@ -83,6 +89,8 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     }
     .await;
     events.finish();
+    let path = args.holder.metrics_file.as_deref();
+    super::record_metrics(ctx, path, &names, &ended, &timing);
     ended
 }
 

@@ -66,7 +66,7 @@ pub struct Launch {
 pub const RELEASE_VAR: &str = "DLOCK_WATCHDOG_RELEASE";
 
 /// How many variables dlock sends at the start, at most (`spawn::vars`).
-pub const VARS: usize = 7;
+pub const VARS: usize = 8;
 
 impl Launch {
     /// `command` as the user gave it; `room`: the most bytes the lease's variables can take;

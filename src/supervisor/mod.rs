@@ -11,6 +11,7 @@
 //! grace later, by dlock and by its watchdog alike. If dlock dies, the watchdog stops the
 //! whole tree: SIGTERM to all of it at once, SIGKILL one kill grace later, before the deadline.
 
+mod alarm;
 mod exec;
 mod job;
 mod keeper;
@@ -39,6 +40,8 @@ use crate::output::Output;
 use crate::shard::Shards;
 use crate::store::Outcome;
 use crate::sys;
+pub use alarm::Warnings;
+use alarm::{Alarm, State};
 use renew::Health;
 use signals::{FORWARDED, Signals};
 
@@ -107,7 +110,7 @@ pub async fn supervise_with(
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     let terminal = sys::Foreground::ours();
     let program = prepared.program().to_os_string();
-    let job = match prepared.start(&lease, terminal.is_some()).await {
+    let job = match prepared.start(&lease, terminal.is_some(), out).await {
         Ok(job) => job,
         Err(e) => {
             // The job never ran: its successor hears that it failed, with dlock's code.
@@ -174,6 +177,10 @@ struct Supervised<'a> {
     /// `--max-runtime`: when to send SIGTERM, then (once sent) when to send SIGKILL.
     stop_at: Option<Instant>,
     overrun_kill_at: Option<Instant>,
+    /// Whether the lease is held, late or lost, as the job is told it (the lease file, the
+    /// `renew-late` event, `--warn-signal`, `--on-lost`): its own state beside the stop's,
+    /// since it moves back and forth (late, then renewed) where the stop only goes forward.
+    alarm: Alarm,
 }
 
 impl<'a> Supervised<'a> {
@@ -211,6 +218,7 @@ impl<'a> Supervised<'a> {
             lease,
             pgid: job.pgid,
             dog: job.dog,
+            alarm: job.alarm,
             terminal,
             grace,
             margin: margin(grace),
@@ -259,6 +267,7 @@ impl<'a> Supervised<'a> {
                 kill_at = kill_at.min(at);
             }
             let term_at = health.deadline - self.grace;
+            let late_at = alarm::late_at(health.deadline, self.lease.req.ttl);
             tokio::select! {
                 sig = signals.recv() => self.forward(sig),
                 // The renewal task ends only after reporting a loss; then stop listening to it.
@@ -283,6 +292,9 @@ impl<'a> Supervised<'a> {
                         return self.ended().await;
                     }
                     self.unrenewed(&health);
+                }
+                _ = sleep_until(late_at), if self.alarm.state() == State::Held && !self.term_sent => {
+                    self.alarm.late(health.deadline, None, self.events);
                 }
                 _ = sleep_until(self.stop_at.unwrap_or(never)),
                     if self.stop_at.is_some() && self.overrun_kill_at.is_none() => self.overrun(),
@@ -380,6 +392,8 @@ impl<'a> Supervised<'a> {
             self.dog.push(self.pushed);
         }
         let Some(why) = &health.lost else {
+            let trouble = health.trouble.as_deref();
+            self.alarm.follow(health.deadline, trouble, self.events);
             return false;
         };
         if self.gone_kill_at.is_some() {
@@ -396,17 +410,22 @@ impl<'a> Supervised<'a> {
             // A dlock stopped past the deadline may hear of the loss after the watchdog has
             // stopped the command: say so, not that it stops it now.
             if self.command_ended() {
+                self.alarm.lost(health.deadline, why, None, self.out);
                 self.out
                     .error(&format!("{why}; the command had already ended"));
                 return true;
             }
             if self.dog.fired() {
+                self.alarm.lost(health.deadline, why, None, self.out);
                 self.out.error(&format!(
                     "{why}; the watchdog had already stopped the command"
                 ));
                 return true;
             }
             self.out.error(&format!("{why}; stopping the command"));
+            // The warning first: the job hears why before it hears SIGTERM.
+            self.alarm
+                .lost(health.deadline, why, Some(self.pgid), self.out);
             self.terminate();
             self.term_sent = true;
         }
@@ -430,6 +449,8 @@ impl<'a> Supervised<'a> {
         if self.lost.is_none() {
             self.lost_event(&why);
         }
+        self.alarm
+            .lost(health.deadline, &why, Some(self.pgid), self.out);
         self.terminate();
         self.term_sent = true;
         self.lost.get_or_insert(why);

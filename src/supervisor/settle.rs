@@ -57,6 +57,7 @@ impl Supervised<'_> {
             };
             self.out.error(&why);
             self.lost_event(&why);
+            self.alarm.lost(self.pushed, &why, None, self.out);
             self.lost = Some(why);
         }
         if self.lost.is_some() || overran {

@@ -12,11 +12,13 @@ use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use super::alarm::{Alarm, Warnings};
 use super::exec::Launch;
 use super::keeper;
 use super::watchdog::{self, Pipes, Watchdog};
 use crate::engine::{Lease, previous};
 use crate::exit::{Error, ExitCode, Result};
+use crate::output::Output;
 
 /// The variables the command gets from the lease; dlock's own values of them (a dlock run
 /// inside another's command) are not passed on.
@@ -29,6 +31,8 @@ pub const LEASE_VARS: [&str; super::exec::VARS] = [
     // Only when the previous job failed with a known status; never inherited.
     "DLOCK_PREVIOUS_EXIT",
     "DLOCK_STORE_ID",
+    // The lease file (see `alarm`), when one could be made.
+    "DLOCK_LEASE_FILE",
 ];
 
 /// A watchdog forked and waiting to start the command.
@@ -39,6 +43,8 @@ pub struct Prepared {
     room: usize,
     /// `DLOCK_STORE_ID`: the stores and namespace of the lease (see `with_store_id`).
     store_id: String,
+    /// What to do when the lease is lost (see `with_warnings`).
+    warnings: Warnings,
 }
 
 /// A started job: the command's process group, and dlock's end of the watchdog (dlock's
@@ -46,6 +52,7 @@ pub struct Prepared {
 pub struct Job {
     pub pgid: u32,
     pub dog: Watchdog,
+    pub alarm: Alarm,
 }
 
 /// Fork the watchdog for `command`, to be started under a lease on some of `names` (each
@@ -60,8 +67,8 @@ pub fn prepare(
     let cannot = |e: std::io::Error| Error::failure(format!("cannot start the watchdog: {e}"));
     let pipes = Pipes::new().map_err(cannot)?;
     // Every name twice (DLOCK_NAME, DLOCK_FENCES), a fence for each, a token, the store id,
-    // the rest.
-    let room = 1024 + names.iter().map(|n| 2 * n.len() + 48).sum::<usize>();
+    // the lease file's path, the rest.
+    let room = 1024 + lease_file_room() + names.iter().map(|n| 2 * n.len() + 48).sum::<usize>();
     let launch = Box::into_raw(Box::new(Launch::new(
         command,
         room,
@@ -103,6 +110,7 @@ pub fn prepare(
         found,
         room,
         store_id: String::new(),
+        warnings: Warnings::default(),
     })
 }
 
@@ -137,18 +145,30 @@ impl Prepared {
         self
     }
 
+    /// `--on-lost` and `--warn-signal`, for the alarm of the lease (see `alarm`).
+    pub fn with_warnings(mut self, warnings: Warnings) -> Prepared {
+        self.warnings = warnings;
+        self
+    }
+
     /// The command's first word, as the user gave it.
     pub fn program(&self) -> &std::ffi::OsStr {
         &self.command[0]
     }
 
-    /// Start the command under `lease`. `foreground`: dlock has the terminal, and the
-    /// command's group takes it before exec.
-    pub async fn start(mut self, lease: &Lease, foreground: bool) -> Result<Job> {
+    /// Start the command under `lease`, with its alarm (and lease file). `foreground`: dlock
+    /// has the terminal, and the command's group takes it before exec.
+    pub async fn start(mut self, lease: &Lease, foreground: bool, out: &Output) -> Result<Job> {
         if !self.found {
             return Err(not_run(&self.command, std::io::ErrorKind::NotFound.into()));
         }
-        let vars = vars(lease, &self.store_id);
+        let alarm = Alarm::new(
+            lease,
+            self.warnings.clone(),
+            lease_env(lease, &self.store_id),
+            out,
+        );
+        let vars = encode(alarm.env());
         let lost = |e: std::io::Error| Error::failure(format!("cannot start the command: {e}"));
         if vars.len() > self.room {
             return Err(lost(std::io::Error::other("too many lock names")));
@@ -160,14 +180,16 @@ impl Prepared {
             Ok(pgid) => Ok(Job {
                 pgid,
                 dog: self.dog,
+                alarm,
             }),
             Err(e) => Err(not_run(&self.command, e)),
         }
     }
 }
 
-/// The lease's variables, each `NAME=value` ending in NUL, in the order of `LEASE_VARS`.
-fn vars(lease: &Lease, store_id: &str) -> Vec<u8> {
+/// The lease's variables, in the order of `LEASE_VARS` (the lease file's is added by the
+/// alarm, which makes the file).
+fn lease_env(lease: &Lease, store_id: &str) -> Vec<(&'static str, String)> {
     let req = &lease.req;
     let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
     // Each name with its own fence, for a child that fences several resources: names hold no
@@ -188,15 +210,30 @@ fn vars(lease: &Lease, store_id: &str) -> Vec<u8> {
         previous.exit().map(|code| code.to_string()),
         Some(store_id.to_string()),
     ];
+    LEASE_VARS
+        .iter()
+        .zip(values)
+        .filter_map(|(name, value)| Some((*name, value?)))
+        .collect()
+}
+
+/// Variables as the watchdog takes them: each `NAME=value` ending in NUL.
+fn encode(env: &[(&'static str, String)]) -> Vec<u8> {
     let mut out = Vec::new();
-    for (name, value) in LEASE_VARS.iter().zip(values) {
-        let Some(value) = value else { continue };
+    for (name, value) in env {
         out.extend_from_slice(name.as_bytes());
         out.push(b'=');
         out.extend_from_slice(value.as_bytes());
         out.push(0);
     }
     out
+}
+
+/// Room for `DLOCK_LEASE_FILE=<path>`: the runtime dir's path and the file's own name.
+fn lease_file_room() -> usize {
+    std::env::var_os("XDG_RUNTIME_DIR").map_or(0, |d| d.len())
+        + std::env::temp_dir().as_os_str().len()
+        + 80
 }
 
 /// Why the command could not be run, as the shell says it.

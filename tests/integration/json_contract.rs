@@ -48,18 +48,60 @@ fn conforms(env: &Env, saved: &[(String, String)]) {
             p
         })
         .collect();
+    check_json(&[], &files, "outputs");
+}
+
+/// Every line of an `--events` log through the schema's `$defs/event`.
+pub fn events_conform(log: &std::path::Path) {
+    check_json(&["--events"], &[log.to_path_buf()], "events");
+}
+
+/// scripts/check-json `flags` SCHEMA `files`: each must conform (`what` names them).
+fn check_json(flags: &[&str], files: &[std::path::PathBuf], what: &str) {
     let root = env!("CARGO_MANIFEST_DIR");
     let o = std::process::Command::new(format!("{root}/scripts/check-json"))
+        .args(flags)
         .arg(format!("{root}/docs/dlock.schema.json"))
-        .args(&files)
+        .args(files)
         .output()
         .expect("python3 with jsonschema (pip install jsonschema)");
     assert!(
         o.status.success(),
-        "outputs that do not conform to the schema:\n{}{}",
+        "{what} that do not conform to the schema:\n{}{}",
         stdout(&o),
         stderr(&o)
     );
+}
+
+/// The events of a run that waited, renewed and released, and of one that lost its lease.
+#[test]
+fn every_event_line_conforms_to_the_schema() {
+    let env = Env::file();
+    let log = env.path("events");
+    let log_s = log.to_str().unwrap();
+    let token = stdout(&env.run(&["lock", "a"]));
+    let waiter = env.spawn(&[
+        "run", "a", "--ttl", "1s", "--events", log_s, "--", "sleep", "0.6",
+    ]);
+    assert!(wait_for(Duration::from_secs(20), || read(&log)
+        .contains("\"waiting\"")));
+    assert_code(&env.run(&["unlock", "a", "--token", &token]), 0);
+    assert_code(&finish(waiter, Duration::from_secs(30)), 0);
+    let lost = env.spawn(&["run", "a", "--events", log_s, "--", "sleep", "60"]);
+    assert!(wait_for(Duration::from_secs(20), || read(&log)
+        .matches("\"acquired\"")
+        .count()
+        == 2));
+    assert_code(&env.run(&["unlock", "a", "--force"]), 0);
+    assert_code(&finish(lost, Duration::from_secs(30)), 70);
+    let text = read(&log);
+    for kind in ["waiting", "acquired", "renewed", "released", "lost"] {
+        assert!(
+            text.contains(&format!("\"event\":\"{kind}\"")),
+            "{kind}: {text}"
+        );
+    }
+    events_conform(&log);
 }
 
 #[test]

@@ -29,6 +29,8 @@ mod job_life;
 mod json_contract;
 mod lost_grant;
 mod lost_messages;
+mod lost_signal;
+mod metrics;
 mod minority;
 mod mixed;
 mod modes;
