@@ -28,7 +28,7 @@ use crate::events::Events;
 use crate::meta::{self, compact, printable};
 use crate::output::Output;
 use crate::shard::Shards;
-use crate::store::{LockState, Waiter};
+use crate::store::{LockState, StoreError, Waiter};
 
 /// Fewest seconds between two reads of the holder, however often the engine finds it busy.
 const REFRESH_MIN: Duration = Duration::from_secs(3);
@@ -371,17 +371,14 @@ impl<'a> Waiting<'a> {
     /// out (stores that never answered end the wait at once: no retry to promise).
     fn outage(&self) -> Option<String> {
         let mut all = self.engines.iter().filter(|e| e.rides_out()).flat_map(|e| {
-            e.outages()
-                .into_iter()
-                .map(move |o| (o.since, e.stores()[o.index].describe().to_string()))
+            e.outages().into_iter().map(move |o| {
+                let store = e.stores()[o.index].describe().to_string();
+                (o.since, store, o.error.limit())
+            })
         });
-        let (since, store) = all.next()?;
+        let (since, store, limit) = all.next()?;
         let more = all.count();
-        let mut line = format!(
-            "{}: unreachable for {}, retrying",
-            printable(&store),
-            show_outage(since.elapsed())
-        );
+        let mut line = still_down(&store, since, limit);
         if more > 0 {
             line.push_str(&format!(" (and {more} more)"));
         }
@@ -437,6 +434,21 @@ async fn until_outage(engines: &[&Engine]) {
     }
 }
 
+/// "redis://...: unreachable for 4s, retrying", or for a server that turns us away at its
+/// connection limit "postgres://...: at its connection limit (max_connections) for 4s,
+/// retrying": a wait rides both out, without holding a connection to a full server.
+fn still_down(store: &str, since: Instant, limit: Option<&str>) -> String {
+    let what = match limit {
+        Some(setting) => format!("at its connection limit ({setting})"),
+        None => "unreachable".to_string(),
+    };
+    format!(
+        "{}: {what} for {}, retrying",
+        printable(store),
+        show_outage(since.elapsed())
+    )
+}
+
 /// How often `-v` repeats that a store is still unreachable.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(5);
 
@@ -458,14 +470,14 @@ pub async fn follow_reach(
     }
     let mut changes: Vec<_> = engines.iter().map(|e| e.reach_changes()).collect();
     // Per store (by engine and index): when it went away.
-    let current = || -> Vec<((usize, usize), Instant, String, String)> {
+    let current = || -> Vec<((usize, usize), Instant, String, StoreError)> {
         engines
             .iter()
             .enumerate()
             .flat_map(|(k, e)| {
                 e.outages().into_iter().map(move |o| {
                     let store = e.stores()[o.index].describe().to_string();
-                    ((k, o.index), o.since, store, o.error.to_string())
+                    ((k, o.index), o.since, store, o.error)
                 })
             })
             .collect()
@@ -484,12 +496,8 @@ pub async fn follow_reach(
                 return std::future::pending().await;
             },
             _ = tick.tick() => {
-                for (_, since, store, _) in known.iter().filter(|o| print && retrying(o.0.0)) {
-                    out.debug(&format!(
-                        "{}: unreachable for {}, retrying",
-                        printable(store),
-                        show_outage(since.elapsed())
-                    ));
+                for (_, since, store, e) in known.iter().filter(|o| print && retrying(o.0.0)) {
+                    out.debug(&still_down(store, *since, e.limit()));
                 }
                 continue;
             }
@@ -500,12 +508,13 @@ pub async fn follow_reach(
                 events.emit(
                     "store-unreachable",
                     names,
-                    json!({ "store": store, "error": error }),
+                    json!({ "store": store, "error": error.to_string() }),
                 );
+                let error = printable(&error.to_string());
                 if print && retrying(key.0) {
-                    out.debug(&format!("{}; retrying", printable(error)));
+                    out.debug(&format!("{error}; retrying"));
                 } else if print {
-                    out.debug(&printable(error));
+                    out.debug(&error);
                 }
             }
         }

@@ -12,6 +12,7 @@ pub mod fence;
 mod late;
 mod open;
 mod reach;
+mod reopen;
 pub mod timing;
 
 #[cfg(test)]
@@ -361,7 +362,16 @@ impl Engine {
         if matches!(wait, Wait::No) || !outage || known < self.majority() {
             return None;
         }
-        let pause = timing::jitter(self.store_timeout.min(MAX_POLL), 0.5);
+        let pause = match self.full_for(errors) {
+            // A server at its connection limit is asked again sooner at first, then less
+            // often the longer it stays full, each waiter at its own pace: a crowd beyond the
+            // limit must not keep it full with its own dials.
+            Some(full) => timing::jitter(
+                (full / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+                0.5,
+            ),
+            None => timing::jitter(self.store_timeout.min(MAX_POLL), 0.5),
+        };
         match give_up_at {
             None => Some(pause),
             Some(g) => {
@@ -369,6 +379,20 @@ impl Engine {
                 (!left.is_zero()).then(|| pause.min(left))
             }
         }
+    }
+
+    /// How long the longest of the stores that turned us away at their connection limit
+    /// has been doing so, if any did.
+    fn full_for(&self, errors: &[(usize, StoreError)]) -> Option<Duration> {
+        errors
+            .iter()
+            .filter(|(_, e)| e.limit().is_some())
+            .map(|(i, _)| {
+                self.reach
+                    .down_since(*i)
+                    .map_or(Duration::ZERO, |t| t.elapsed())
+            })
+            .max()
     }
 
     /// The error for too few stores answering; after riding out an outage, each store that
@@ -396,12 +420,13 @@ impl Engine {
                     let desc = self.stores[i].describe();
                     let why = e.message().strip_prefix(desc).unwrap_or(e.message());
                     let why = why.strip_prefix(": ").unwrap_or(why);
+                    let what = match e.limit() {
+                        Some(_) => "turned away",
+                        None => "unreachable",
+                    };
                     StoreError::new(
                         e.kind(),
-                        format!(
-                            "{desc}: unreachable for {}: {why}",
-                            reach::show(since.elapsed())
-                        ),
+                        format!("{desc}: {what} for {}: {why}", reach::show(since.elapsed())),
                     )
                 }
                 _ => e,

@@ -13,6 +13,7 @@ use tokio::time::{Instant, sleep};
 
 use super::down::Down;
 use super::late::{Late, Opened};
+use super::reopen::Reopen;
 use super::timing;
 use crate::store::{self, ErrorKind, Store, StoreError, StoreUrl};
 
@@ -59,6 +60,10 @@ pub(super) async fn all(
                 .zip(slots)
                 .map(|((url, state), rx)| match state {
                     Some(Ok(s)) => s,
+                    // Full, not gone: dialled again on each call (see `Reopen`).
+                    Some(Err(error)) if error.limit().is_some() => {
+                        Arc::new(Reopen::new(url, namespace, limit, error)) as Arc<dyn Store>
+                    }
                     Some(Err(error)) => Arc::new(Down {
                         desc: url.to_string(),
                         local: matches!(url, crate::store::url::StoreUrl::File { .. }),
@@ -131,6 +136,9 @@ pub(super) async fn within(
                 }
                 return Ok(s);
             }
+            // A server at its connection limit is not dialled again in a tight loop: the
+            // store is dialled again call by call, as the engine's wait backs off (`Reopen`).
+            Ok(Err(e)) if e.limit().is_some() => return Err(e),
             Ok(Err(e))
                 if e.kind() == ErrorKind::Unavailable && Instant::now() + AGAIN < deadline =>
             {

@@ -403,6 +403,9 @@ pub struct StoreError {
     kind: ErrorKind,
     message: String,
     source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    /// The server setting whose limit it is at, when it turned us away for having too many
+    /// connections (`at_limit`).
+    limit: Option<&'static str>,
 }
 
 impl StoreError {
@@ -411,7 +414,22 @@ impl StoreError {
             kind,
             message: message.into(),
             source: None,
+            limit: None,
         }
+    }
+    /// The server turned the connection away because it has as many as `setting` allows
+    /// (PostgreSQL's max_connections, MySQL's 1040, Redis's maxclients, ZooKeeper's
+    /// maxClientCnxns). An outage like any other (exit 69 when a wait cannot ride it out),
+    /// but the server did answer: a wait rides it out from the start, and says why.
+    pub fn at_limit(setting: &'static str, message: impl Into<String>) -> StoreError {
+        StoreError {
+            limit: Some(setting),
+            ..StoreError::unavailable(message)
+        }
+    }
+    /// The setting whose limit the server is at, for an `at_limit` error.
+    pub fn limit(&self) -> Option<&'static str> {
+        self.limit
     }
     pub fn unavailable(message: impl Into<String>) -> StoreError {
         StoreError::new(ErrorKind::Unavailable, message)
