@@ -11,6 +11,7 @@ mod checker_bounds;
 mod cli;
 mod completion;
 mod conformance;
+mod conn_limits;
 mod cron;
 mod default_store;
 mod doctor;
