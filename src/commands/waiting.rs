@@ -452,6 +452,21 @@ fn still_down(store: &str, since: Instant, limit: Option<&str>) -> String {
 /// How often `-v` repeats that a store is still unreachable.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(5);
 
+/// Per unreachable store of `engines` (by engine and index): since when, its description,
+/// and why.
+fn outages_of(engines: &[&Engine]) -> Vec<((usize, usize), Instant, String, StoreError)> {
+    engines
+        .iter()
+        .enumerate()
+        .flat_map(|(k, e)| {
+            e.outages().into_iter().map(move |o| {
+                let store = e.stores()[o.index].describe().to_string();
+                ((k, o.index), o.since, store, o.error)
+            })
+        })
+        .collect()
+}
+
 /// Tell `--events` (`store-unreachable`, `store-back`) and, with `print`, `-v` each time a
 /// store that `names` live on goes away or comes back; `-v` also says every
 /// `STILL_DOWN_EVERY` that one still is. Stores already unreachable when it starts were told
@@ -469,19 +484,7 @@ pub async fn follow_reach(
         return std::future::pending().await;
     }
     let mut changes: Vec<_> = engines.iter().map(|e| e.reach_changes()).collect();
-    // Per store (by engine and index): when it went away.
-    let current = || -> Vec<((usize, usize), Instant, String, StoreError)> {
-        engines
-            .iter()
-            .enumerate()
-            .flat_map(|(k, e)| {
-                e.outages().into_iter().map(move |o| {
-                    let store = e.stores()[o.index].describe().to_string();
-                    ((k, o.index), o.since, store, o.error)
-                })
-            })
-            .collect()
-    };
+    let current = || outages_of(&engines);
     let mut known = current();
     // Only a wait that rides the outage out retries (stores that never answered this
     // process fail fast: see `Engine::rides_out`).

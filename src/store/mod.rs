@@ -11,6 +11,7 @@
 //! reaches the head; `release` by token removes a queued entry as well as a held one, so a
 //! waiter that gives up leaves nothing behind whatever the store.
 
+pub mod conns;
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;
@@ -562,6 +563,8 @@ pub struct Health {
     /// The store's clock minus this host's, where the store tells its time.
     pub clock_offset_ms: Option<i64>,
     pub findings: Vec<Finding>,
+    /// The server's connection limit, where it tells it.
+    pub connections: Option<conns::ConnLimit>,
 }
 
 /// This host's wall clock in ms since the epoch, for comparing with a store's.

@@ -15,6 +15,7 @@ mod conn_limits;
 mod cron;
 mod default_store;
 mod doctor;
+mod doctor_limits;
 mod engine_fences;
 mod etcd_member_cut;
 mod exclusion;
