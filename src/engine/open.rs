@@ -61,9 +61,11 @@ pub(super) async fn all(
                 .map(|((url, state), rx)| match state {
                     Some(Ok(s)) => s,
                     // Full, not gone: dialled again on each call (see `Reopen`).
-                    Some(Err(error)) if error.limit().is_some() => {
-                        Arc::new(Reopen::new(url, namespace, limit, error)) as Arc<dyn Store>
-                    }
+                    Some(Err(error)) if error.limit().is_some() => Arc::new(Late {
+                        desc: url.to_string(),
+                        opened: rx,
+                        again: Some(Reopen::new(url, namespace, limit, error)),
+                    }),
                     Some(Err(error)) => Arc::new(Down {
                         desc: url.to_string(),
                         local: matches!(url, crate::store::url::StoreUrl::File { .. }),
@@ -72,6 +74,7 @@ pub(super) async fn all(
                     None => Arc::new(Late {
                         desc: url.to_string(),
                         opened: rx,
+                        again: None,
                     }),
                 })
                 .collect());
