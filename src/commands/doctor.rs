@@ -22,7 +22,8 @@ mod memory;
 use crate::cli::DoctorArgs;
 use crate::exit::{Error, ExitCode, Result};
 use crate::store::{
-    Acquire, Attempt, ErrorKind, Finding, HealthQuery, Mode, Outcome, Severity, Store, StoreError,
+    Acquire, Attempt, ErrorKind, Finding, HealthQuery, Mode, Outcome, Previous, Severity, Store,
+    StoreError,
 };
 
 /// What one store showed.
@@ -41,6 +42,8 @@ struct Report {
     takes_run_leases: bool,
     /// What the store remembers, and what a restart without its data would do now.
     memory: Option<memory::Memory>,
+    /// The server's connection limit and how many waiters it allows, where it tells.
+    connections: Option<crate::store::conns::ConnLimit>,
     /// Some command can never work on this store as it is configured (exit 78 everywhere).
     #[serde(skip)]
     misconfigured: bool,
@@ -53,6 +56,9 @@ impl Report {
     }
 }
 
+/// Per shard: (stores usable, stores in it, stores needed).
+type Quorum = (usize, usize, usize);
+
 pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
     let shards = ctx.shards.all();
     // Every store of every shard at once; each judged as a member of its own shard's quorum.
@@ -61,6 +67,55 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         .enumerate()
         .flat_map(|(i, s)| s.engine.stores().iter().map(move |st| (i, st)))
         .collect();
+    let mut reports = survey(&args, ctx, &stores).await;
+    // Per shard: stores usable, and how many are needed.
+    let quorums: Vec<Quorum> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mine = stores.iter().zip(&reports).filter(|((j, _), _)| *j == i);
+            let usable = mine.clone().filter(|(_, r)| r.usable()).count();
+            (usable, mine.count(), s.engine.majority())
+        })
+        .collect();
+    let mut host = Vec::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let members: Vec<usize> = (0..stores.len()).filter(|&k| stores[k].0 == i).collect();
+        host.extend(memory::judge(
+            &mut reports,
+            &members,
+            shard.engine.majority(),
+        ));
+    }
+    if let Err(e) = super::trust_clock() {
+        host.push(Finding::new("host clock", Severity::Void, e.message));
+    }
+    let (code, verdict) = judge(&reports, &host);
+    let shard_of: Vec<usize> = stores.iter().map(|(i, _)| *i).collect();
+    let seen = Seen {
+        reports: &reports,
+        shard_of: &shard_of,
+        host: &host,
+        quorums: &quorums,
+        healthy: code == ExitCode::Success,
+        verdict: &verdict,
+    };
+    if ctx.out.json {
+        print_json(ctx, &seen);
+    } else {
+        print_text(ctx, &seen);
+    }
+    if code == ExitCode::Success {
+        Ok(0)
+    } else {
+        Err(Error::new(code, format!("doctor: {verdict}")))
+    }
+}
+
+/// Examine every store at once, and find the stores that are shards of a list this client
+/// was not given.
+async fn survey(args: &DoctorArgs, ctx: &Ctx, stores: &[(usize, &Arc<dyn Store>)]) -> Vec<Report> {
+    let shards = ctx.shards.all();
     let limit = shards[0].engine.store_timeout().max(Duration::from_secs(2));
     let scratch = scratch_name();
     let (mut reports, shard_records) = tokio::join!(
@@ -86,40 +141,21 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
             ));
         }
     }
-    // Per shard: stores usable, and how many are needed.
-    let quorums: Vec<(usize, usize, usize)> = shards
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let mine = stores.iter().zip(&reports).filter(|((j, _), _)| *j == i);
-            let usable = mine.clone().filter(|(_, r)| r.usable()).count();
-            (usable, mine.count(), s.engine.majority())
-        })
-        .collect();
-    let (usable, total, need) = quorums[0];
-    let mut host = Vec::new();
-    for (i, shard) in shards.iter().enumerate() {
-        let members: Vec<usize> = (0..stores.len()).filter(|&k| stores[k].0 == i).collect();
-        host.extend(memory::judge(
-            &mut reports,
-            &members,
-            shard.engine.majority(),
-        ));
-    }
-    if let Err(e) = super::trust_clock() {
-        host.push(Finding::new("host clock", Severity::Void, e.message));
-    }
+    reports
+}
 
+/// The exit code and the verdict: the worst of what the stores and the host showed.
+fn judge(reports: &[Report], host: &[Finding]) -> (ExitCode, String) {
     let refused = reports.iter().filter(|r| r.refused).count();
     let unreachable = reports.iter().filter(|r| !r.reachable).count();
     let misconfigured = reports.iter().filter(|r| r.misconfigured).count();
     let void = reports
         .iter()
         .flat_map(|r| &r.findings)
-        .chain(&host)
+        .chain(host)
         .filter(|f| f.severity == Severity::Void)
         .count();
-    let (code, verdict) = if refused > 0 {
+    if refused > 0 {
         (
             ExitCode::Refused,
             format!("{refused} store(s) refused dlock"),
@@ -141,8 +177,84 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         )
     } else {
         (ExitCode::Success, "healthy".to_string())
-    };
-    let majority = |(usable, total, need): (usize, usize, usize)| {
+    }
+}
+
+/// What doctor found, as both outputs show it.
+struct Seen<'a> {
+    reports: &'a [Report],
+    /// Each report's shard (index into `Shards::all`).
+    shard_of: &'a [usize],
+    host: &'a [Finding],
+    quorums: &'a [Quorum],
+    healthy: bool,
+    verdict: &'a str,
+}
+
+fn print_json(ctx: &Ctx, seen: &Seen) {
+    let (usable, total, need) = seen.quorums[0];
+    let mut v = json!({
+        "healthy": seen.healthy,
+        "verdict": seen.verdict,
+        "stores": seen.reports,
+        "host": seen.host,
+        "quorum": { "stores": total, "need": need, "usable": usable },
+    });
+    if ctx.shards.is_sharded() {
+        // Each store's shard by index (from 1), and each shard's own quorum.
+        v["quorum"] = json!(null);
+        v["fingerprint"] = json!(ctx.shards.fingerprint());
+        for (k, i) in seen.shard_of.iter().enumerate() {
+            v["stores"][k]["shard"] = json!(i + 1);
+        }
+        v["shards"] = json!(
+            ctx.shards
+                .all()
+                .iter()
+                .zip(seen.quorums)
+                .enumerate()
+                .map(|(i, (s, (usable, total, need)))| json!({
+                    "shard": i + 1,
+                    "label": s.label,
+                    "quorum": { "stores": total, "need": need, "usable": usable },
+                }))
+                .collect::<Vec<_>>()
+        );
+    }
+    ctx.out.json_value(&v);
+}
+
+fn print_text(ctx: &Ctx, seen: &Seen) {
+    let shards = ctx.shards.all();
+    for (i, r) in seen.shard_of.iter().zip(seen.reports) {
+        if ctx.shards.is_sharded() {
+            ctx.out.line(&format!(
+                "{}  (shard {} of {})",
+                r.store,
+                i + 1,
+                shards.len()
+            ));
+        } else {
+            ctx.out.line(&r.store);
+        }
+        for f in &r.findings {
+            ctx.out.line(&format!(
+                "  {:<5} {:<12} {}",
+                f.severity.as_str(),
+                f.check,
+                f.text
+            ));
+        }
+    }
+    for f in seen.host {
+        ctx.out.line(&format!(
+            "{:<7} {:<12} {}",
+            f.severity.as_str(),
+            f.check,
+            f.text
+        ));
+    }
+    let majority = |(usable, total, need): Quorum| {
         let can = if usable >= need {
             "locks can"
         } else {
@@ -150,80 +262,16 @@ pub async fn run(args: DoctorArgs, ctx: &Ctx) -> Result<i32> {
         };
         format!("{usable} of {total} store(s) usable, {need} needed: {can} be taken")
     };
-
-    if ctx.out.json {
-        let mut v = json!({
-            "healthy": code == ExitCode::Success,
-            "verdict": verdict,
-            "stores": reports,
-            "host": host,
-            "quorum": { "stores": total, "need": need, "usable": usable },
-        });
-        if ctx.shards.is_sharded() {
-            // Each store's shard by index (from 1), and each shard's own quorum.
-            v["quorum"] = json!(null);
-            v["fingerprint"] = json!(ctx.shards.fingerprint());
-            for (k, (i, _)) in stores.iter().enumerate() {
-                v["stores"][k]["shard"] = json!(i + 1);
-            }
-            v["shards"] = json!(
-                shards
-                    .iter()
-                    .zip(&quorums)
-                    .enumerate()
-                    .map(|(i, (s, (usable, total, need)))| json!({
-                        "shard": i + 1,
-                        "label": s.label,
-                        "quorum": { "stores": total, "need": need, "usable": usable },
-                    }))
-                    .collect::<Vec<_>>()
-            );
+    if ctx.shards.is_sharded() {
+        for (i, (s, q)) in shards.iter().zip(seen.quorums).enumerate() {
+            ctx.out
+                .line(&format!("shard {} ({}): {}", i + 1, s.label, majority(*q)));
         }
-        ctx.out.json_value(&v);
     } else {
-        for ((i, _), r) in stores.iter().zip(&reports) {
-            if ctx.shards.is_sharded() {
-                ctx.out.line(&format!(
-                    "{}  (shard {} of {})",
-                    r.store,
-                    i + 1,
-                    shards.len()
-                ));
-            } else {
-                ctx.out.line(&r.store);
-            }
-            for f in &r.findings {
-                ctx.out.line(&format!(
-                    "  {:<5} {:<12} {}",
-                    f.severity.as_str(),
-                    f.check,
-                    f.text
-                ));
-            }
-        }
-        for f in &host {
-            ctx.out.line(&format!(
-                "{:<7} {:<12} {}",
-                f.severity.as_str(),
-                f.check,
-                f.text
-            ));
-        }
-        if ctx.shards.is_sharded() {
-            for (i, (s, q)) in shards.iter().zip(&quorums).enumerate() {
-                ctx.out
-                    .line(&format!("shard {} ({}): {}", i + 1, s.label, majority(*q)));
-            }
-        } else {
-            ctx.out.line(&format!("quorum: {}", majority(quorums[0])));
-        }
-        ctx.out.line(&format!("verdict: {verdict}"));
+        ctx.out
+            .line(&format!("quorum: {}", majority(seen.quorums[0])));
     }
-    if code == ExitCode::Success {
-        Ok(0)
-    } else {
-        Err(Error::new(code, format!("doctor: {verdict}")))
-    }
+    ctx.out.line(&format!("verdict: {}", seen.verdict));
 }
 
 /// Everything doctor learns of one store; each request bounded by `limit`.
@@ -238,66 +286,88 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
         findings: Vec::new(),
         takes_run_leases: false,
         memory: None,
+        connections: None,
         misconfigured: false,
     };
     // The first request is a `run` lease: a store whose session follows the first lease's
     // ttl (ZooKeeper) then opens it as `run` would, and the round trip below is timed on a
     // connection that is already up.
-    let mut marked = None;
-    let run_lease = grant_and_release(store, scratch, query.ttl, false, limit, &mut marked).await;
+    let mut first = None;
+    let run_lease = grant_and_release(store, scratch, query.ttl, false, limit, &mut first).await;
     r.takes_run_leases = run_lease.is_ok();
     if let Err(e) = &run_lease
         && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Refused)
     {
-        r.refused = e.kind() == ErrorKind::Refused;
-        r.reachable = r.refused;
-        let what = if r.refused { "refused" } else { "reachable" };
-        r.findings
-            .push(Finding::new(what, Severity::Void, plain(e, &r.store)));
+        r.cut_off(e);
         return r;
     }
     let t0 = Instant::now();
-    match bounded(limit, store.inspect(scratch)).await {
-        Ok(_) => {
-            let rtt = t0.elapsed();
-            r.reachable = true;
-            r.rtt_ms = Some(rtt.as_secs_f64() * 1000.0);
-            r.findings.push(Finding::new(
-                "reachable",
-                Severity::Ok,
-                format!("answered a read in {:.1}ms", rtt.as_secs_f64() * 1000.0),
-            ));
-        }
-        Err(e) => {
-            r.refused = e.kind() == ErrorKind::Refused;
-            r.reachable = r.refused;
-            let what = if r.refused { "refused" } else { "reachable" };
-            r.findings
-                .push(Finding::new(what, Severity::Void, plain(&e, &r.store)));
-            return r;
-        }
+    if let Err(e) = bounded(limit, store.inspect(scratch)).await {
+        r.cut_off(&e);
+        return r;
     }
-    match bounded(limit, store.health(query)).await {
-        Ok(h) => {
-            if let Some(v) = &h.version {
-                r.findings
-                    .push(Finding::new("version", Severity::Ok, v.clone()));
-            }
-            r.version = h.version;
-            r.clock_offset_ms = h.clock_offset_ms;
-            r.findings.extend(h.findings);
-        }
-        Err(e) => {
-            r.refused |= e.kind() == ErrorKind::Refused;
-            r.findings
-                .push(Finding::new("setup", Severity::Warn, plain(&e, &r.store)));
-        }
-    }
+    let rtt = t0.elapsed();
+    r.reachable = true;
+    r.rtt_ms = Some(rtt.as_secs_f64() * 1000.0);
+    r.findings.push(Finding::new(
+        "reachable",
+        Severity::Ok,
+        format!("answered a read in {:.1}ms", rtt.as_secs_f64() * 1000.0),
+    ));
+    let health = bounded(limit, store.health(query)).await;
+    r.take_health(health);
     // A real grant and release of each kind, on a name no one else uses.
     let lock_lease = grant_and_release(store, scratch, query.ttl, true, limit, &mut None).await;
-    r.memory = memory::examine(store, scratch, marked, &r.findings, limit).await;
+    r.memory = memory::examine(store, scratch, first, &r.findings, limit).await;
     for (kind, outcome) in [("a `run` lease", run_lease), ("a `lock` lease", lock_lease)] {
-        let finding = match outcome {
+        let finding = r.permission(kind, scratch, outcome);
+        r.findings.push(finding);
+    }
+    r
+}
+
+impl Report {
+    /// The store could not be reached, or refused us: the one finding that says so.
+    fn cut_off(&mut self, e: &StoreError) {
+        self.refused = e.kind() == ErrorKind::Refused;
+        self.reachable = self.refused;
+        let what = if self.refused { "refused" } else { "reachable" };
+        self.findings
+            .push(Finding::new(what, Severity::Void, plain(e, &self.store)));
+    }
+
+    /// What the store told of its setup (version, clock, limits), or why it could not.
+    fn take_health(&mut self, health: crate::store::StoreResult<crate::store::Health>) {
+        match health {
+            Ok(h) => {
+                if let Some(v) = &h.version {
+                    self.findings
+                        .push(Finding::new("version", Severity::Ok, v.clone()));
+                }
+                self.version = h.version;
+                self.clock_offset_ms = h.clock_offset_ms;
+                self.connections = h.connections;
+                self.findings.extend(h.findings);
+            }
+            Err(e) => {
+                self.refused |= e.kind() == ErrorKind::Refused;
+                self.findings.push(Finding::new(
+                    "setup",
+                    Severity::Warn,
+                    plain(&e, &self.store),
+                ));
+            }
+        }
+    }
+
+    /// The finding for one grant and release of `kind` on `scratch`.
+    fn permission(
+        &mut self,
+        kind: &str,
+        scratch: &str,
+        outcome: crate::store::StoreResult<Option<bool>>,
+    ) -> Finding {
+        match outcome {
             Ok(Some(true)) => Finding::new(
                 "permissions",
                 Severity::Ok,
@@ -314,24 +384,22 @@ async fn examine(store: &dyn Store, scratch: &str, query: HealthQuery, limit: Du
                 format!("{scratch} was busy (another dlock doctor on this host?); try again"),
             ),
             Err(e) => {
-                r.refused |= e.kind() == ErrorKind::Refused;
-                r.misconfigured |= e.kind() == ErrorKind::Config;
+                self.refused |= e.kind() == ErrorKind::Refused;
+                self.misconfigured |= e.kind() == ErrorKind::Config;
                 let severity = if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Config) {
                     Severity::Void
                 } else {
                     Severity::Warn
                 };
-                r.reachable &= e.kind() != ErrorKind::Unavailable;
+                self.reachable &= e.kind() != ErrorKind::Unavailable;
                 Finding::new(
                     "permissions",
                     severity,
-                    format!("{kind}: {}", plain(&e, &r.store)),
+                    format!("{kind}: {}", plain(&e, &self.store)),
                 )
             }
-        };
-        r.findings.push(finding);
+        }
     }
-    r
 }
 
 /// The name doctor takes its leases on: one per host, since each name keeps a small record
@@ -358,7 +426,7 @@ async fn grant_and_release(
     ttl: Duration,
     detached: bool,
     limit: Duration,
-    marked: &mut Option<bool>,
+    first: &mut Option<memory::FirstLease>,
 ) -> crate::store::StoreResult<Option<bool>> {
     let req = Acquire {
         names: vec![scratch.to_string()],
@@ -376,9 +444,15 @@ async fn grant_and_release(
     )
     .await;
     let (granted, recall) = granted?;
-    *marked = recall.first().map(|r| r.marked);
+    let marked = recall.first().map(|r| r.marked);
     match granted {
-        Attempt::Granted(_) => released.map(Some),
+        Attempt::Granted(g) => {
+            // No lease on the name had ended before: doctor never ran here (or the store
+            // lost its data since it did).
+            let never = g.first().is_some_and(|g| g.previous == Previous::None);
+            *first = marked.map(|marked| memory::FirstLease { marked, never });
+            released.map(Some)
+        }
         Attempt::Busy { .. } => Ok(None),
     }
 }

@@ -11,24 +11,37 @@ use serde::Serialize;
 use super::{Report, bounded};
 use crate::store::{Finding, Severity, Store};
 
+/// What doctor's first lease on its scratch name found there.
+#[derive(Clone, Copy)]
+pub(super) struct FirstLease {
+    /// The store's marker on the name (`Recall::marked`; always true on a store that keeps
+    /// its data).
+    pub(super) marked: bool,
+    /// No lease on the name had ended before: doctor never ran on this store (or the store
+    /// lost its data since it did).
+    pub(super) never: bool,
+}
+
 #[derive(Serialize)]
 pub(super) struct Memory {
     /// The store can lose its data on a restart (its persistence finding is not "ok").
     can_forget: bool,
     /// The marker doctor left on its scratch name last time was there (None: not asked).
     marker: Option<bool>,
+    /// There was nothing of doctor's on the store: this run wrote the first marker.
+    first_run: bool,
     /// How long the longest live lease on the store runs on, by its clock.
     horizon_ms: u64,
     /// What a restart without its data would do now.
     restart_empty: String,
 }
 
-/// Read the store's memory after doctor's own lease on `scratch` (`marked`: what that attempt
-/// said of the marker), and leave the marker for the next run.
+/// Read the store's memory after doctor's own lease on `scratch` (`first`: what that attempt
+/// found), and leave the marker for the next run.
 pub(super) async fn examine(
     store: &dyn Store,
     scratch: &str,
-    marked: Option<bool>,
+    first: Option<FirstLease>,
     findings: &[Finding],
     limit: Duration,
 ) -> Option<Memory> {
@@ -45,10 +58,38 @@ pub(super) async fn examine(
     let _ = bounded(limit, store.mark(&[scratch.to_string()])).await;
     Some(Memory {
         can_forget,
-        marker: marked,
+        // A store that keeps its data answers "marked" for every name: on doctor's first run
+        // there it was not there before all the same.
+        marker: first.map(|f| f.marked && !f.never),
+        first_run: first.is_some_and(|f| f.never),
         horizon_ms,
         restart_empty: String::new(),
     })
+}
+
+/// What doctor's marker on the store says of its memory.
+fn marker(m: &Memory) -> Finding {
+    let (severity, text) = match (m.marker, m.first_run) {
+        (Some(true), _) => (
+            Severity::Ok,
+            "present: the store kept its data since doctor last ran here",
+        ),
+        (Some(false), true) if !m.can_forget => (
+            Severity::Note,
+            "written now (doctor's first run on this store): the next run finds it present \
+             unless the store loses its data",
+        ),
+        (Some(false), true) => (
+            Severity::Note,
+            "written now: doctor's first run on this store, or it lost its data since the last",
+        ),
+        (Some(false), false) => (
+            Severity::Note,
+            "absent: doctor's first run on this store, or it lost its data since the last",
+        ),
+        (None, _) => (Severity::Note, "could not be read"),
+    };
+    Finding::new("marker", severity, text)
 }
 
 fn secs(ms: u64) -> String {
@@ -104,19 +145,7 @@ pub(super) fn judge(reports: &mut [Report], members: &[usize], majority: usize) 
             ),
         };
         m.restart_empty = text.clone();
-        let marker = match m.marker {
-            Some(true) => Finding::new(
-                "marker",
-                Severity::Ok,
-                "present: the store kept its data since doctor last ran here",
-            ),
-            Some(false) => Finding::new(
-                "marker",
-                Severity::Note,
-                "absent: doctor's first run on this store, or it lost its data since the last",
-            ),
-            None => Finding::new("marker", Severity::Note, "could not be read"),
-        };
+        let marker = marker(m);
         let live = if m.horizon_ms > 0 {
             format!("its live leases run on for up to {}", secs(m.horizon_ms))
         } else {

@@ -28,7 +28,7 @@ use crate::events::Events;
 use crate::meta::{self, compact, printable};
 use crate::output::Output;
 use crate::shard::Shards;
-use crate::store::{LockState, Waiter};
+use crate::store::{LockState, StoreError, Waiter};
 
 /// Fewest seconds between two reads of the holder, however often the engine finds it busy.
 const REFRESH_MIN: Duration = Duration::from_secs(3);
@@ -371,17 +371,14 @@ impl<'a> Waiting<'a> {
     /// out (stores that never answered end the wait at once: no retry to promise).
     fn outage(&self) -> Option<String> {
         let mut all = self.engines.iter().filter(|e| e.rides_out()).flat_map(|e| {
-            e.outages()
-                .into_iter()
-                .map(move |o| (o.since, e.stores()[o.index].describe().to_string()))
+            e.outages().into_iter().map(move |o| {
+                let store = e.stores()[o.index].describe().to_string();
+                (o.since, store, o.error.limit())
+            })
         });
-        let (since, store) = all.next()?;
+        let (since, store, limit) = all.next()?;
         let more = all.count();
-        let mut line = format!(
-            "{}: unreachable for {}, retrying",
-            printable(&store),
-            show_outage(since.elapsed())
-        );
+        let mut line = still_down(&store, since, limit);
         if more > 0 {
             line.push_str(&format!(" (and {more} more)"));
         }
@@ -437,8 +434,23 @@ async fn until_outage(engines: &[&Engine]) {
     }
 }
 
+/// "redis://...: unreachable for 4s, retrying", or for a server that turns us away at its
+/// connection limit "postgres://...: at its connection limit (max_connections) for 4s,
+/// retrying": a wait rides both out, without holding a connection to a full server.
+fn still_down(store: &str, since: Instant, limit: Option<&str>) -> String {
+    let what = match limit {
+        Some(setting) => format!("at its connection limit ({setting})"),
+        None => "unreachable".to_string(),
+    };
+    format!(
+        "{}: {what} for {}, retrying",
+        printable(store),
+        show_outage(since.elapsed())
+    )
+}
+
 /// A store that is unreachable: (its engine, its index), since when, its description and why.
-type Down = ((usize, usize), Instant, String, String);
+type Down = ((usize, usize), Instant, String, StoreError);
 
 /// Tell of the stores in `now` and not in `known` that they went away, and of those in `known`
 /// and not in `now` that they came back: as events, and to `-v` through `print`.
@@ -455,13 +467,13 @@ fn tell_changes(
             events.emit(
                 "store-unreachable",
                 names,
-                json!({ "store": store, "error": error }),
+                json!({ "store": store, "error": error.to_string() }),
             );
             match print {
                 Some(out) if retrying(key.0) => {
-                    out.debug(&format!("{}; retrying", printable(error)))
+                    out.debug(&format!("{}; retrying", printable(&error.to_string())))
                 }
-                Some(out) => out.debug(&printable(error)),
+                Some(out) => out.debug(&printable(&error.to_string())),
                 None => {}
             }
         }
@@ -488,6 +500,21 @@ fn tell_changes(
 /// How often `-v` repeats that a store is still unreachable.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(5);
 
+/// Per unreachable store of `engines` (by engine and index): since when, its description,
+/// and why.
+fn outages_of(engines: &[&Engine]) -> Vec<Down> {
+    engines
+        .iter()
+        .enumerate()
+        .flat_map(|(k, e)| {
+            e.outages().into_iter().map(move |o| {
+                let store = e.stores()[o.index].describe().to_string();
+                ((k, o.index), o.since, store, o.error)
+            })
+        })
+        .collect()
+}
+
 /// Tell `--events` (`store-unreachable`, `store-back`) and, with `print`, `-v` each time a
 /// store that `names` live on goes away or comes back; `-v` also says every
 /// `STILL_DOWN_EVERY` that one still is. Stores already unreachable when it starts were told
@@ -505,19 +532,7 @@ pub async fn follow_reach(
         return std::future::pending().await;
     }
     let mut changes: Vec<_> = engines.iter().map(|e| e.reach_changes()).collect();
-    // Per store (by engine and index): when it went away.
-    let current = || -> Vec<Down> {
-        engines
-            .iter()
-            .enumerate()
-            .flat_map(|(k, e)| {
-                e.outages().into_iter().map(move |o| {
-                    let store = e.stores()[o.index].describe().to_string();
-                    ((k, o.index), o.since, store, o.error.to_string())
-                })
-            })
-            .collect()
-    };
+    let current = || outages_of(&engines);
     let mut known = current();
     // Only a wait that rides the outage out retries (stores that never answered this
     // process fail fast: see `Engine::rides_out`).
@@ -532,12 +547,8 @@ pub async fn follow_reach(
                 return std::future::pending().await;
             },
             _ = tick.tick() => {
-                for (_, since, store, _) in known.iter().filter(|o| print && retrying(o.0.0)) {
-                    out.debug(&format!(
-                        "{}: unreachable for {}, retrying",
-                        printable(store),
-                        show_outage(since.elapsed())
-                    ));
+                for (_, since, store, e) in known.iter().filter(|o| print && retrying(o.0.0)) {
+                    out.debug(&still_down(store, *since, e.limit()));
                 }
                 continue;
             }

@@ -4,12 +4,15 @@
 //! the whole engine's open for the store timeout, so every command paid it. Its open now goes on
 //! in the background; each call waits for that open (within the caller's own per-store
 //! timeout, so a majority's answers still decide) and then goes to the store it produced, or
-//! fails as the open did.
+//! fails as the open did. A store whose open was turned away at its server's connection limit
+//! is dialled again call by call instead (`Reopen`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use super::reopen::Reopen;
 
 use crate::store::{
     Acquire, Attempt, Health, HealthQuery, Listener, LockState, Outcome, Recall, Store, StoreError,
@@ -23,10 +26,15 @@ pub(super) struct Late {
     pub(super) desc: String,
     /// Set once by the task that opens the store.
     pub(super) opened: watch::Receiver<Opened>,
+    /// The open was turned away at the server's connection limit: each call dials again.
+    pub(super) again: Option<Reopen>,
 }
 
 impl Late {
     async fn store(&self) -> StoreResult<Arc<dyn Store>> {
+        if let Some(again) = &self.again {
+            return again.store().await;
+        }
         let mut rx = self.opened.clone();
         match rx.wait_for(Option::is_some).await {
             Ok(v) => v.clone().unwrap_or_else(|| unreachable!("waited for Some")),
@@ -57,6 +65,11 @@ impl Store for Late {
         self.store().await?.renew(names, token, ttl).await
     }
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
+        if let (Outcome::Withdrawn, Some(again)) = (outcome, &self.again)
+            && let Some(e) = again.turned_away().await
+        {
+            return Err(e);
+        }
         self.store().await?.release(names, token, outcome).await
     }
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
@@ -75,7 +88,8 @@ impl Store for Late {
         self.store().await?.shard_list(tag, write).await
     }
     fn reached(&self) -> bool {
-        matches!(&*self.opened.borrow(), Some(Ok(s)) if s.reached())
+        // A server that said it is full answered, if only that.
+        self.again.is_some() || matches!(&*self.opened.borrow(), Some(Ok(s)) if s.reached())
     }
     async fn warnings(&self) -> Vec<String> {
         match self.store().await {

@@ -14,6 +14,7 @@ mod free;
 mod late;
 mod open;
 mod reach;
+mod reopen;
 pub mod timing;
 mod view;
 
@@ -341,7 +342,16 @@ impl Engine {
         if matches!(wait, Wait::No) || !outage || known < self.majority() {
             return None;
         }
-        let pause = timing::jitter(self.store_timeout.min(MAX_POLL), 0.5);
+        let pause = match self.full_for(errors) {
+            // A server at its connection limit is asked again sooner at first, then less
+            // often the longer it stays full, each waiter at its own pace: a crowd beyond the
+            // limit must not keep it full with its own dials.
+            Some(full) => timing::jitter(
+                (full / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+                0.5,
+            ),
+            None => timing::jitter(self.store_timeout.min(MAX_POLL), 0.5),
+        };
         match give_up_at {
             None => Some(pause),
             Some(g) => {
@@ -349,6 +359,20 @@ impl Engine {
                 (!left.is_zero()).then(|| pause.min(left))
             }
         }
+    }
+
+    /// How long the longest of the stores that turned us away at their connection limit
+    /// has been doing so, if any did.
+    fn full_for(&self, errors: &[(usize, StoreError)]) -> Option<Duration> {
+        errors
+            .iter()
+            .filter(|(_, e)| e.limit().is_some())
+            .map(|(i, _)| {
+                self.reach
+                    .down_since(*i)
+                    .map_or(Duration::ZERO, |t| t.elapsed())
+            })
+            .max()
     }
 
     /// The error for too few stores answering; after riding out an outage, each store that
@@ -374,11 +398,15 @@ impl Engine {
             .map(|(i, e)| match self.reach.down_since(i) {
                 Some(since) if rode_out => {
                     let desc = self.stores[i].describe();
+                    let what = match e.limit() {
+                        Some(_) => "turned away",
+                        None => "unreachable",
+                    };
                     e.reworded(|m| {
                         let why = m.strip_prefix(desc).unwrap_or(m);
                         let why = why.strip_prefix(": ").unwrap_or(why);
                         let down = reach::show(since.elapsed());
-                        format!("{desc}: unreachable for {down}: {why}")
+                        format!("{desc}: {what} for {down}: {why}")
                     })
                 }
                 _ => e,

@@ -13,6 +13,7 @@ use tokio::time::{Instant, sleep};
 
 use super::down::Down;
 use super::late::{Late, Opened};
+use super::reopen::Reopen;
 use super::timing;
 use crate::store::url::StoreUrl;
 use crate::store::{ErrorKind, Store, StoreError};
@@ -60,6 +61,12 @@ pub(super) async fn all(
                 .zip(slots)
                 .map(|((url, state), rx)| match state {
                     Some(Ok(s)) => s,
+                    // Full, not gone: dialled again on each call (see `Reopen`).
+                    Some(Err(error)) if error.limit().is_some() => Arc::new(Late {
+                        desc: url.to_string(),
+                        opened: rx,
+                        again: Some(Reopen::new(url, namespace, limit, error)),
+                    }),
                     Some(Err(error)) => Arc::new(Down {
                         desc: url.to_string(),
                         local: url.kind.local(),
@@ -68,6 +75,7 @@ pub(super) async fn all(
                     None => Arc::new(Late {
                         desc: url.to_string(),
                         opened: rx,
+                        again: None,
                     }),
                 })
                 .collect());
@@ -132,6 +140,9 @@ pub(super) async fn within(
                 }
                 return Ok(s);
             }
+            // A server at its connection limit is not dialled again in a tight loop: the
+            // store is dialled again call by call, as the engine's wait backs off (`Reopen`).
+            Ok(Err(e)) if e.limit().is_some() => return Err(e),
             Ok(Err(e))
                 if e.kind() == ErrorKind::Unavailable && Instant::now() + AGAIN < deadline =>
             {

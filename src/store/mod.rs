@@ -11,7 +11,9 @@
 //! reaches the head; `release` by token removes a queued entry as well as a held one, so a
 //! waiter that gives up leaves nothing behind whatever the store.
 
-// The contract's own parts: what a kind of store is, and what a server URL names.
+// The contract's own parts: what a kind of store is, what a server URL names, and how a
+// server's connection limit is told apart from an outage.
+pub mod conns;
 pub mod kind;
 pub mod server;
 
@@ -409,6 +411,9 @@ pub struct StoreError {
     kind: ErrorKind,
     message: String,
     source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    /// The server setting whose limit it is at, when it turned us away for having too many
+    /// connections (`at_limit`).
+    limit: Option<&'static str>,
 }
 
 impl StoreError {
@@ -417,7 +422,22 @@ impl StoreError {
             kind,
             message: message.into(),
             source: None,
+            limit: None,
         }
+    }
+    /// The server turned the connection away because it has as many as `setting` allows
+    /// (PostgreSQL's max_connections, MySQL's 1040, Redis's maxclients, ZooKeeper's
+    /// maxClientCnxns). An outage like any other (exit 69 when a wait cannot ride it out),
+    /// but the server did answer: a wait rides it out from the start, and says why.
+    pub fn at_limit(setting: &'static str, message: impl Into<String>) -> StoreError {
+        StoreError {
+            limit: Some(setting),
+            ..StoreError::unavailable(message)
+        }
+    }
+    /// The setting whose limit the server is at, for an `at_limit` error.
+    pub fn limit(&self) -> Option<&'static str> {
+        self.limit
     }
     pub fn unavailable(message: impl Into<String>) -> StoreError {
         StoreError::new(ErrorKind::Unavailable, message)
@@ -555,6 +575,8 @@ pub struct Health {
     /// The store's clock minus this host's, where the store tells its time.
     pub clock_offset_ms: Option<i64>,
     pub findings: Vec<Finding>,
+    /// The server's connection limit, where it tells it.
+    pub connections: Option<conns::ConnLimit>,
 }
 
 /// This host's wall clock in ms since the epoch, for comparing with a store's.

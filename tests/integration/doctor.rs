@@ -13,14 +13,14 @@ fn doctor(stores: Vec<String>, extra: &[&str]) -> std::process::Output {
     env.run(&args)
 }
 
-fn json_doctor(stores: Vec<String>) -> (i32, serde_json::Value) {
+pub(crate) fn json_doctor(stores: Vec<String>) -> (i32, serde_json::Value) {
     let o = Env::with_stores(stores).run(&["--json", "doctor"]);
     let v = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));
     (code(&o), v)
 }
 
 /// The one finding of a kind under the store's entry, as the text report prints it.
-fn line<'a>(out: &'a str, check: &str) -> &'a str {
+pub(crate) fn line<'a>(out: &'a str, check: &str) -> &'a str {
     out.lines()
         .find(|l| l.split_whitespace().nth(1) == Some(check))
         .unwrap_or_else(|| panic!("no {check} line in:\n{out}"))

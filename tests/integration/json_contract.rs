@@ -197,6 +197,10 @@ fn every_command_prints_one_versioned_object_on_every_exit() {
     let url = format!("redis://:wrong@127.0.0.1:{}", guarded.port);
     let o = env.run(&["--json", "--store", &url, "lock", "a"]);
     envelope(&o, "lock refused", Some("refused"), &mut saved);
+    // doctor on a server that tells its connection limit (`stores[].connections`).
+    let open = RedisServer::start_with(&["--maxclients", "20"]);
+    let o = env.run(&["--json", "--store", &open.url(), "doctor"]);
+    envelope(&o, "doctor on redis", None, &mut saved);
     // A bent clock (78).
     let mut c = env.cmd();
     c.args(["--json", "lock", "a"])

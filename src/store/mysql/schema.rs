@@ -220,6 +220,9 @@ const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
 const ER_ACCESS_DENIED_NO_PASSWORD: u16 = 1698;
 const ER_SERVER_SHUTDOWN: u16 = 1053;
 const ER_CONNECTION_KILLED: u16 = 1927;
+const ER_CON_COUNT_ERROR: u16 = 1040;
+const ER_TOO_MANY_USER_CONNECTIONS: u16 = 1203;
+const ER_USER_LIMIT_REACHED: u16 = 1226;
 
 fn code(e: &Error) -> Option<u16> {
     match e {
@@ -280,6 +283,21 @@ pub fn classify(e: Error) -> StoreError {
                 "{}; create it or name an existing database in the URL",
                 s.message
             )),
+            // The server is full, not gone: a wait rides it out without holding a connection.
+            ER_CON_COUNT_ERROR => StoreError::at_limit(
+                "max_connections",
+                format!(
+                    "the server is at its connection limit (max_connections): {}",
+                    s.message
+                ),
+            ),
+            ER_TOO_MANY_USER_CONNECTIONS | ER_USER_LIMIT_REACHED => StoreError::at_limit(
+                "max_user_connections",
+                format!(
+                    "the user is at its connection limit (max_user_connections): {}",
+                    s.message
+                ),
+            ),
             // A restart in progress: the server is coming back, as after a dropped socket.
             ER_SERVER_SHUTDOWN | ER_CONNECTION_KILLED => {
                 StoreError::unavailable(format!("the server is not serving: {}", s.message))

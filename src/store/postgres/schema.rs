@@ -202,10 +202,26 @@ pub fn classify(e: tokio_postgres::Error) -> StoreError {
             "{}; create it or name an existing database in the URL",
             db_message(&e)
         )),
+        // 53300 ("sorry, too many clients already", or the slots left are reserved): the
+        // server is full, not gone; a wait rides it out without holding a connection.
+        Some(c) if *c == SqlState::TOO_MANY_CONNECTIONS => StoreError::at_limit(
+            "max_connections",
+            format!(
+                "PostgreSQL is at its connection limit (max_connections): {}",
+                db_message(&e)
+            ),
+        ),
+        // PgBouncer's own limit, said with a protocol-violation code.
+        Some(_) if db_message(&e).contains("no more connections allowed") => StoreError::at_limit(
+            "max_client_conn",
+            format!(
+                "PgBouncer is at its connection limit (max_client_conn): {}",
+                db_message(&e)
+            ),
+        ),
         Some(c)
             if *c == SqlState::ADMIN_SHUTDOWN
                 || *c == SqlState::CANNOT_CONNECT_NOW
-                || *c == SqlState::TOO_MANY_CONNECTIONS
                 || *c == SqlState::CRASH_SHUTDOWN =>
         {
             StoreError::unavailable(format!("PostgreSQL is not serving: {}", db_message(&e)))

@@ -1,9 +1,11 @@
 //! What `dlock doctor` asks a Redis server: its version, its clock (`TIME`, the clock every
-//! lease is timed by) and the persistence settings a restart's safety depends on.
+//! lease is timed by), the persistence settings a restart's safety depends on, and
+//! `maxclients`.
 
 use redis::{Value, cmd};
 
 use super::{RedisStore, classify};
+use crate::store::conns::ConnLimit;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_finding, wall_ms};
 
 impl RedisStore {
@@ -37,7 +39,32 @@ impl RedisStore {
         let after = wall_ms();
         clock_finding(&mut h, secs * 1000 + micros / 1000, before, after);
         h.findings.push(self.persistence(q).await);
+        self.connections(&mut h).await;
         Ok(h)
+    }
+
+    /// `maxclients`, where CONFIG GET is allowed. A waiter holds its connection and its
+    /// subscription's (in a cluster, the limit is each node's).
+    async fn connections(&self, h: &mut Health) {
+        let got: Result<Vec<String>, _> = self
+            .conn
+            .query(cmd("CONFIG").arg("GET").arg("maxclients"))
+            .await;
+        match got.as_deref().map(|v| v.get(1).map(|n| n.parse::<u64>())) {
+            Ok(Some(Ok(n))) => {
+                let limit = ConnLimit::new("maxclients", Some(n), 2);
+                h.findings.push(limit.finding(&format!("maxclients {n}")));
+                h.connections = Some(limit);
+            }
+            Ok(_) => h.findings.push(ConnLimit::unread(
+                "maxclients",
+                "no answer to CONFIG GET",
+                2,
+            )),
+            Err(e) => h
+                .findings
+                .push(ConnLimit::unread("maxclients", &e.to_string(), 2)),
+        }
     }
 
     /// A server that restarts empty forgets its holders and its fence counters. Its fences

@@ -93,7 +93,13 @@ fn classify_is_refusal(e: &RedisError) -> bool {
 }
 
 pub fn classify(e: RedisError) -> StoreError {
-    let error = if classify_is_refusal(&e) {
+    // Redis says only this, as a plain ERR, before it closes the connection.
+    let error = if e.to_string().contains("max number of clients reached") {
+        StoreError::at_limit(
+            "maxclients",
+            format!("Redis is at its connection limit (maxclients): {e}"),
+        )
+    } else if classify_is_refusal(&e) {
         StoreError::refused(format!(
             "refused: {e} (check the user and password: in the URL, ?password_file=, \
              ?password_env= or DLOCK_PASSWORD)"

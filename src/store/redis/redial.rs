@@ -55,9 +55,7 @@ pub fn broken(e: &RedisError) -> bool {
 impl Redial {
     /// Dial now: a server that cannot be reached when the process starts fails at once.
     pub async fn open(client: Client, config: AsyncConnectionConfig) -> RedisResult<Redial> {
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let conn = dial(&client, &config).await?;
         Ok(Redial {
             client,
             config,
@@ -92,11 +90,7 @@ impl Redial {
                 "the connection broke and the server did not answer a new one yet",
             )));
         }
-        match self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await
-        {
+        match dial(&self.client, &self.config).await {
             Ok(c) => {
                 st.generation += 1;
                 st.failures = 0;
@@ -150,4 +144,55 @@ impl Redial {
             r => r,
         }
     }
+}
+
+/// A new connection, answered once (PING). A server at its maxclients writes one error line
+/// and closes, which the client library may take for the answer to its own setup (then the
+/// next request finds a broken pipe): a dial that fails is asked about that on a bare
+/// socket, so the failure says the server is full rather than unreachable.
+pub async fn dial(
+    client: &Client,
+    config: &AsyncConnectionConfig,
+) -> RedisResult<MultiplexedConnection> {
+    let tried = async {
+        let mut c = client
+            .get_multiplexed_async_connection_with_config(config)
+            .await?;
+        redis::cmd("PING").query_async::<()>(&mut c).await?;
+        Ok(c)
+    };
+    match tried.await {
+        Err(e) if broken(&e) && full(client).await => Err(RedisError::from((
+            redis::ErrorKind::Io,
+            "the server closed the connection",
+            FULL.to_string(),
+        ))),
+        r => r,
+    }
+}
+
+/// What Redis says to a connection beyond its maxclients (`classify` knows it by this).
+const FULL: &str = "max number of clients reached";
+
+/// Whether the server greets a new bare connection with its maxclients error, unasked (only
+/// over plain TCP: over TLS it would first need a handshake).
+async fn full(client: &Client) -> bool {
+    let redis::ConnectionAddr::Tcp(host, port) = client.get_connection_info().addr() else {
+        return false;
+    };
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .ok()?;
+        let mut buf = [0u8; 64];
+        let n = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).contains(FULL))
+    };
+    // A server with room says nothing until asked: the wait is all it costs, on a dial
+    // that failed anyway.
+    tokio::time::timeout(Duration::from_millis(300), ask)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }

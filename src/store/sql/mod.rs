@@ -101,8 +101,11 @@ where
     let mut pause = Duration::from_millis(25);
     loop {
         match dial().await {
+            // A server at its connection limit is not asked again within the call: the
+            // engine's wait paces those dials (`Engine::ride_out`).
             Err(e)
                 if e.kind() == super::ErrorKind::Unavailable
+                    && e.limit().is_none()
                     && start.elapsed() + pause < patience =>
             {
                 // Many clients broken by one restart must not come back in step.

@@ -22,7 +22,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use zookeeper_client::{Client, Error};
 
-use crate::store::{StoreError, StoreResult};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::store::{ErrorKind, StoreError, StoreResult};
 
 /// How long dropping the store waits for the server to confirm the session's close.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -147,7 +149,18 @@ impl Conn {
             .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(classify(e, "connect")),
+            Ok(Err(e)) => {
+                let e = classify(e, "connect");
+                if e.kind() == ErrorKind::Unavailable && full(&self.hosts).await {
+                    self.reached.store(true, Ordering::Relaxed);
+                    return Err(StoreError::at_limit(
+                        "maxClientCnxns",
+                        "ZooKeeper closes every new connection from this host at once: it is \
+                         at its connection limit (maxClientCnxns)",
+                    ));
+                }
+                return Err(e);
+            }
             Err(_) => {
                 return Err(StoreError::unavailable(format!(
                     "no session within {}",
@@ -224,6 +237,27 @@ impl Conn {
         }
     }
 }
+
+/// Whether a server of the ensemble takes a TCP connection from this host and closes it
+/// before reading a word: what ZooKeeper does to every connection beyond maxClientCnxns (a
+/// four-letter word included). A server without a leader, or one that does not allow the
+/// word, still answers it with a line.
+async fn full(hosts: &str) -> bool {
+    let tries = hosts.split(',').map(|h| async move {
+        let ask = async {
+            let mut s = tokio::net::TcpStream::connect(h).await.ok()?;
+            let _ = s.write_all(b"srvr").await;
+            let mut buf = [0u8; 64];
+            Some(!matches!(s.read(&mut buf).await, Ok(n) if n > 0))
+        };
+        tokio::time::timeout(FULL_PROBE, ask).await.ok().flatten() == Some(true)
+    });
+    futures_util::future::join_all(tries).await.contains(&true)
+}
+
+/// How long the probe for a full server waits for its answer: a server beyond its limit
+/// closes at once.
+const FULL_PROBE: Duration = Duration::from_millis(500);
 
 struct Abort<T>(JoinHandle<StoreResult<T>>);
 

@@ -1,5 +1,6 @@
 //! What `dlock doctor` asks a ZooKeeper ensemble: the server version and session bounds (the
-//! four-letter words `srvr` and `conf`, when the server allows them), and its clock (the
+//! four-letter words `srvr` and `conf`, when the server allows them), its connection limit
+//! per client host (`maxClientCnxns`, from `conf`), and its clock (the
 //! mtime a write gets, the clock `lock`'s TTL nodes are judged by).
 
 use std::time::Duration;
@@ -8,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::ZkStore;
+use crate::store::conns::ConnLimit;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_finding, wall_ms};
 
 /// Longest one four-letter word may take: they are answered from memory.
@@ -41,18 +43,40 @@ impl ZkStore {
             )),
         }
         clock_finding(&mut h, server_ms, before, after);
-        if let Some(conf) = word(&hosts, "conf").await {
-            let ms = |k: &str| field(&conf, k).and_then(|v| v.trim().parse::<u64>().ok());
-            if let (Some(min), Some(max)) = (ms("minSessionTimeout="), ms("maxSessionTimeout=")) {
-                h.findings.push(sessions(
-                    q.ttl,
-                    Duration::from_millis(min),
-                    Duration::from_millis(max),
-                ));
+        match word(&hosts, "conf").await {
+            Some(conf) => {
+                let num = |k: &str| field(&conf, k).and_then(|v| v.trim().parse::<u64>().ok());
+                if let (Some(min), Some(max)) =
+                    (num("minSessionTimeout="), num("maxSessionTimeout="))
+                {
+                    h.findings.push(sessions(
+                        q.ttl,
+                        Duration::from_millis(min),
+                        Duration::from_millis(max),
+                    ));
+                }
+                if let Some(n) = num("maxClientCnxns=") {
+                    connections(&mut h, n);
+                }
             }
+            None => h.findings.push(ConnLimit::unread(
+                "maxClientCnxns",
+                "the server does not answer `conf`",
+                1,
+            )),
         }
         Ok(h)
     }
+}
+
+/// maxClientCnxns bounds the connections from one client host (0: no bound); a waiter holds
+/// one, its session.
+fn connections(h: &mut Health, n: u64) {
+    let mut limit = ConnLimit::new("maxClientCnxns", (n > 0).then_some(n), 1);
+    limit.per_host = true;
+    h.findings
+        .push(limit.finding(&format!("maxClientCnxns {n}")));
+    h.connections = Some(limit);
 }
 
 /// A `run` lease lives in the session, whose timeout the server keeps within its bounds.
