@@ -1,10 +1,12 @@
 //! One module per subcommand; here the pieces they share: building a grant request, waiting for
 //! a lock while answering signals, and turning engine outcomes into pinned exit codes.
 
+pub mod check;
 pub mod completions;
 pub mod doctor;
 pub mod extend;
 pub mod inspect;
+pub mod keepalive;
 pub mod list;
 pub mod lock;
 pub mod multilock;
@@ -47,6 +49,7 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
         Command::Lock(a) => lock::run(a, ctx).await,
         Command::Unlock(a) => unlock::run(a, ctx).await,
         Command::Extend(a) => extend::run(a, ctx).await,
+        Command::Check(a) => check::run(a, ctx).await,
         Command::Run(a) => run::run(a, ctx).await,
         Command::Multilock(a) => multilock::run(a, ctx).await,
         Command::Inspect(a) => inspect::run(a, ctx).await,

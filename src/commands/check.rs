@@ -1,0 +1,62 @@
+//! `dlock check`: whether a token still holds a lock, for a script to ask before a step that
+//! must not run unlocked (etcd-io/etcd#6127). Exit 0 while it holds; 1 (`not_holder`, as
+//! `unlock` and `extend` say of a token that does not hold) when it does not; 69 when no
+//! majority of the stores answers, since "not known" must never pass for "held".
+
+use serde_json::json;
+
+use super::Ctx;
+use super::inspect::{expires, merge};
+use crate::cli::CheckArgs;
+use crate::engine::EngineError;
+use crate::exit::{Error, Result};
+use crate::store::LockState;
+
+pub async fn run(args: CheckArgs, ctx: &Ctx) -> Result<i32> {
+    let engine = ctx.shards.engine(&args.name);
+    let results = engine.inspect(&args.name).await;
+    let need = engine.majority();
+    let answered: Vec<&LockState> = results
+        .iter()
+        .filter_map(|(_, r, _)| r.as_ref().ok())
+        .collect();
+    if answered.len() < need {
+        let errors: Vec<String> = results
+            .iter()
+            .filter_map(|(_, r, _)| r.as_ref().err().map(|e| e.to_string()))
+            .collect();
+        return Err(super::engine_error(EngineError::Unavailable(
+            errors.join("; "),
+        )));
+    }
+    // The stores show a holder by the first digits of its token only (the token itself would
+    // let any reader release the lock): a lease held by a majority under this token's digits.
+    let owner = crate::names::owner_id(&args.token);
+    let merged = merge(&answered, need);
+    let ours = merged.holders.iter().find(|q| q.holder.owner == owner);
+    if ctx.out.json {
+        ctx.out.json_value(&json!({
+            "name": args.name,
+            "held": ours.is_some(),
+            "ttl_left_ms": ours.map(|q| q.holder.ttl_left_ms),
+            "fence": ours.map(|q| q.holder.fence),
+        }));
+    }
+    match ours {
+        Some(q) => {
+            ctx.out.notice(&format!(
+                "{} is held by this token (fence {}, expires in {})",
+                crate::output::printable(&args.name),
+                q.holder.fence,
+                expires(q.holder.ttl_left_ms)
+            ));
+            Ok(0)
+        }
+        None => Err(Error::failure(format!(
+            "that token does not hold {}: it expired, was released, was broken, or belongs \
+             to another lease",
+            crate::output::printable(&args.name)
+        ))
+        .with_kind("not_holder")),
+    }
+}
