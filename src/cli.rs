@@ -278,7 +278,9 @@ fn parse_follow(s: &str) -> Result<Follow, String> {
         "none" => Ok(Follow::Nothing),
         n => match n.parse::<u32>() {
             Ok(pid) if pid > 0 && pid <= i32::MAX as u32 => Ok(Follow::Pid(pid)),
-            _ => Err(format!("{s:?} is not a process id; give a PID, parent or none")),
+            _ => Err(format!(
+                "{s:?} is not a process id; give a PID, parent or none"
+            )),
         },
     }
 }

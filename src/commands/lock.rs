@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use super::Ctx;
-use super::{acquire_with, holder_request, millis, mode};
 use super::keepalive;
+use super::{acquire_with, holder_request, millis, mode};
 use crate::cli::{Follow, LockArgs};
 use crate::engine::{Lease, previous};
 use crate::events::Events;
@@ -40,7 +40,11 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
         && let Err(e) = r.hand_over(&lease)
     {
         ctx.shards
-            .release(&lease.req.names, &lease.req.token, crate::store::Outcome::Withdrawn)
+            .release(
+                &lease.req.names,
+                &lease.req.token,
+                crate::store::Outcome::Withdrawn,
+            )
             .await;
         return Err(e);
     }

@@ -79,7 +79,12 @@ impl Renewer {
                 // Nothing else of the caller's stays open in it: a descriptor the caller
                 // left inheritable (the write end of a CI log's pipe) would otherwise be held
                 // for as long as the lock is, and whoever reads it would wait that long.
-                libc::syscall(libc::SYS_close_range, FOLLOW_FD + 1, u32::MAX, CLOSE_RANGE_CLOEXEC);
+                libc::syscall(
+                    libc::SYS_close_range,
+                    FOLLOW_FD + 1,
+                    u32::MAX,
+                    CLOSE_RANGE_CLOEXEC,
+                );
                 if let Some(fd) = raw {
                     let rc = if fd == FOLLOW_FD {
                         libc::fcntl(fd, libc::F_SETFD, 0)
@@ -177,6 +182,9 @@ pub fn with_renewer(meta: &str, pid: u32, follow: Follow) -> String {
         return meta.to_string();
     };
     v["keepalive"] = json!({ "pid": pid, "follow": followed_pid(follow) });
+    // The process that holds is no longer `lock`'s caller alone: it is the one whose end
+    // ends the hold, or else the renewer (so `alive` says whether the hold can still end).
+    v["holder_pid"] = json!(followed_pid(follow).unwrap_or(pid));
     let text = v.to_string();
     if text.len() <= crate::meta::MAX_META {
         text

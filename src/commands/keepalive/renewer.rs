@@ -40,8 +40,8 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     };
     let lease = lease_from(&args, &line)?;
     let token = lease.req.token.clone();
-    let listener = stop::bind(&token)
-        .map_err(|e| Error::failure(format!("cannot listen for unlock: {e}")))?;
+    let listener =
+        stop::bind(&token).map_err(|e| Error::failure(format!("cannot listen for unlock: {e}")))?;
     let events = Events::open(args.holder.events.as_deref(), false)?;
     let signals = Signals::catch(&STOPPING)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
