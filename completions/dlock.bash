@@ -16,6 +16,9 @@ _dlock() {
             ",$1")
                 cmd="dlock"
                 ;;
+            dlock,check)
+                cmd="dlock__subcmd__check"
+                ;;
             dlock,completions)
                 cmd="dlock__subcmd__completions"
                 ;;
@@ -59,12 +62,50 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version lock unlock extend run multilock inspect doctor list wait shards completions"
+            opts="-v -q -h -V --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version lock unlock extend check run multilock inspect doctor list wait shards completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shard)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --store-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__check)
+            opts="-v -q -h -V --token --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -275,7 +316,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --keepalive --follow --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -314,6 +355,10 @@ _dlock() {
                     return 0
                     ;;
                 --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --follow)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -689,7 +734,7 @@ _dlock_job() {
         if [[ -z $sub ]]; then
             case "$w" in
                 -*) ;;
-                *) [[ " --any --color --conflict-exit-code --events --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " == *" $prev_w "* ]] || sub="$w" ;;
+                *) [[ " --any --color --conflict-exit-code --events --follow --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " == *" $prev_w "* ]] || sub="$w" ;;
             esac
         elif [[ $w == -- ]]; then
             case "$sub" in
@@ -704,7 +749,7 @@ _dlock_job() {
             esac
         elif [[ $w == --any ]]; then
             names=1
-        elif [[ $w != -* && " --any --color --conflict-exit-code --events --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]]; then
+        elif [[ $w != -* && " --any --color --conflict-exit-code --events --follow --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]]; then
             positional=$((positional + 1))
         fi
         # The store options as given, so that the names come from the same store.
@@ -722,7 +767,7 @@ _dlock_job() {
             [[ $sub == multilock ]] && names=1
             # After these the word is a lock name all the same.
             [[ $prev_w == --shared || $prev_w == --any ]] && prev_w=""
-            if [[ $cur != -* && " --any --color --conflict-exit-code --events --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]] &&
+            if [[ $cur != -* && " --any --color --conflict-exit-code --events --follow --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]] &&
                 ((names || positional == 0)); then
                 COMPREPLY=($(compgen -W "$(timeout 0.5 dlock "${store[@]}" list --names 2>/dev/null)" -- "$cur"))
                 return 0

@@ -39,6 +39,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print vers
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "lock" -d 'Take a lock that outlives this process and print its token'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "unlock" -d 'Release a lock by its token, or any holder with --force'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "extend" -d 'Renew a lease held by a token'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "check" -d 'Exit 0 while a token holds a lock, 1 when it does not (69: the stores cannot tell)'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "multilock" -d 'Take several locks at once, all or none, then run a command or print the token'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "inspect" -d 'Show who holds a lock, its fence and its waiters'
@@ -53,6 +54,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l follow -d 'With --keepalive: the process whose end releases the lock: `parent` (the default: the shell or program that ran `dlock lock`), a PID, or `none` (only unlock or a lost lease end the hold: a CI job\'s later steps)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
@@ -62,6 +64,7 @@ never\t''"
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shared -d 'Share the lock with other --shared holders (readers); exclusive holders wait'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l keepalive -d 'Leave a renewer process behind that renews the lease every ttl/3 until `dlock unlock --token` (which stops it and releases), the lease is lost, or the --follow process ends'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Print results as JSON on stdout'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say nothing on stderr but errors'
@@ -95,6 +98,19 @@ complete -c dlock -n "__fish_dlock_using_subcommand extend" -s v -l verbose -d '
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l token -d 'Token printed by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l any -d 'Take whichever of these names is free first (tried in a random rotation; waits on all of them); the command learns which from DLOCK_NAME. End the names with `--`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r

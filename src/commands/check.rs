@@ -35,12 +35,12 @@ pub async fn run(args: CheckArgs, ctx: &Ctx) -> Result<i32> {
     let merged = merge(&answered, need);
     let ours = merged.holders.iter().find(|q| q.holder.owner == owner);
     if ctx.out.json {
-        ctx.out.json_value(&json!({
-            "name": args.name,
-            "held": ours.is_some(),
-            "ttl_left_ms": ours.map(|q| q.holder.ttl_left_ms),
-            "fence": ours.map(|q| q.holder.fence),
-        }));
+        let mut v = json!({ "name": args.name, "held": ours.is_some() });
+        if let Some(q) = ours {
+            v["ttl_left_ms"] = json!(q.holder.ttl_left_ms);
+            v["fence"] = json!(q.holder.fence);
+        }
+        ctx.out.json_value(&v);
     }
     match ours {
         Some(q) => {

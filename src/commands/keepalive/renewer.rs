@@ -55,7 +55,7 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     let names = lease.req.names.clone();
     let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
     let end = hold(ctx, lease, &listener, follow, signals, &events).await;
-    let fields = |why: &str| events::with(events::fences(&fences), json!({ "why": why }));
+    let fields = |why: &str| events::with(events::fences(&fences), json!({ "reason": why }));
     match end {
         End::Unlocked(mut s) => {
             // `unlock` releases once told: the renewal has stopped.
