@@ -1,34 +1,20 @@
 //! `dlock check`: whether a token still holds a lock, for a script to ask before a step that
 //! must not run unlocked (etcd-io/etcd#6127). Exit 0 while it holds; 1 (`not_holder`, as
-//! `unlock` and `extend` say of a token that does not hold) when it does not; 69 when no
-//! majority of the stores answers, since "not known" must never pass for "held".
+//! `unlock` and `extend` say of a token that does not hold) when it does not; 69 (77 if a
+//! store refused) when no majority of the stores answers: "not known" never passes for "held".
 
 use serde_json::json;
 
 use super::Ctx;
-use super::inspect::{expires, merge};
+use super::inspect::{answered, expires, merge};
 use crate::cli::CheckArgs;
-use crate::engine::EngineError;
 use crate::exit::{Error, Result};
-use crate::store::LockState;
 
 pub async fn run(args: CheckArgs, ctx: &Ctx) -> Result<i32> {
     let engine = ctx.shards.engine(&args.name);
     let results = engine.inspect(&args.name).await;
     let need = engine.majority();
-    let answered: Vec<&LockState> = results
-        .iter()
-        .filter_map(|(_, r, _)| r.as_ref().ok())
-        .collect();
-    if answered.len() < need {
-        let errors: Vec<String> = results
-            .iter()
-            .filter_map(|(_, r, _)| r.as_ref().err().map(|e| e.to_string()))
-            .collect();
-        return Err(super::engine_error(EngineError::Unavailable(
-            errors.join("; "),
-        )));
-    }
+    let answered = answered(&results, need)?;
     // The stores show a holder by the first digits of its token only (the token itself would
     // let any reader release the lock): a lease held by a majority under this token's digits.
     let owner = crate::names::owner_id(&args.token);

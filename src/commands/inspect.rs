@@ -9,7 +9,7 @@ use crate::cli::InspectArgs;
 use crate::engine::EngineError;
 use crate::exit::Result;
 use crate::output::printable;
-use crate::store::{ErrorKind, Holder, LockState, Previous, StoreError, Waiter};
+use crate::store::{ErrorKind, Holder, LockState, Previous, StoreError, StoreResult, Waiter};
 
 /// A holder as the quorum sees it: the owner's lease on how many stores.
 #[derive(Serialize, Clone)]
@@ -83,6 +83,36 @@ fn holders_json(holders: &[QuorumHolder]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The states of the stores that answered, or the error to exit with when fewer than `need`
+/// did: refused (77) if any store refused, else unavailable (69).
+pub fn answered(
+    results: &[(String, StoreResult<LockState>, Vec<String>)],
+    need: usize,
+) -> Result<Vec<&LockState>> {
+    let answered: Vec<&LockState> = results
+        .iter()
+        .filter_map(|(_, r, _)| r.as_ref().ok())
+        .collect();
+    if answered.len() >= need {
+        return Ok(answered);
+    }
+    let errors = results
+        .iter()
+        .filter_map(|(_, r, _)| r.as_ref().err())
+        .map(|e| match e.kind() {
+            ErrorKind::Refused => e.clone(),
+            _ => StoreError::unavailable(e.to_string()),
+        });
+    let refused = errors.clone().any(|e| e.kind() == ErrorKind::Refused);
+    let msg: Vec<String> = errors.map(|e| e.to_string()).collect();
+    let msg = msg.join("; ");
+    Err(engine_error(if refused {
+        EngineError::Refused(msg)
+    } else {
+        EngineError::Unavailable(msg)
+    }))
+}
+
 pub fn expires(ms: u64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000))).to_string()
 }
@@ -100,27 +130,7 @@ pub async fn run(args: InspectArgs, ctx: &Ctx) -> Result<i32> {
         ));
     }
     let need = engine.majority();
-    let answered: Vec<&LockState> = results
-        .iter()
-        .filter_map(|(_, r, _)| r.as_ref().ok())
-        .collect();
-    if answered.len() < need {
-        let errors = results
-            .iter()
-            .filter_map(|(_, r, _)| r.as_ref().err())
-            .map(|e| match e.kind() {
-                ErrorKind::Refused => e.clone(),
-                _ => StoreError::unavailable(e.to_string()),
-            });
-        let refused = errors.clone().any(|e| e.kind() == ErrorKind::Refused);
-        let msg: Vec<String> = errors.map(|e| e.to_string()).collect();
-        let msg = msg.join("; ");
-        return Err(engine_error(if refused {
-            EngineError::Refused(msg)
-        } else {
-            EngineError::Unavailable(msg)
-        }));
-    }
+    let answered = answered(&results, need)?;
     let merged = merge(&answered, need);
     let held_on = answered.iter().filter(|s| !s.holders.is_empty()).count();
     let unreachable = results.len() - answered.len();

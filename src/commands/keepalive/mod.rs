@@ -118,14 +118,17 @@ impl Renewer {
 
     /// Give the renewer the lease and wait until it keeps it (and listens for `unlock`).
     pub fn hand_over(mut self, lease: &Lease) -> Result<()> {
+        // The deadline on the kernel's monotonic clock, which both processes read: the
+        // renewer's is then this one exactly, not later by the time the handover takes.
         let left = lease
             .deadline
             .saturating_duration_since(tokio::time::Instant::now());
+        let deadline = crate::sys::monotonic() + left;
         let fences: Vec<String> = lease.grants.iter().map(|g| g.fence.to_string()).collect();
         let line = format!(
             "{} {} {}\n",
             lease.req.token,
-            left.as_millis(),
+            deadline.as_nanos(),
             fences.join(",")
         );
         let mut answer = String::new();

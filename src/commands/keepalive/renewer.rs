@@ -138,7 +138,8 @@ fn follow_fd(follow: Option<crate::cli::Follow>) -> Option<AsyncFd<OwnedFd>> {
     }
 }
 
-/// One line from `lock`: the token, the milliseconds the lease has left, its fences.
+/// One line from `lock`: the token, the lease's deadline (nanoseconds on the monotonic
+/// clock), its fences.
 async fn read_handover() -> Option<String> {
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -156,7 +157,8 @@ fn lease_from(args: &LockArgs, line: &str) -> Result<Lease> {
     let bad = || Error::failure("a handover the renewer cannot read");
     let mut words = line.split_whitespace();
     let token = crate::names::parse_token(words.next().ok_or_else(bad)?).map_err(|_| bad())?;
-    let left: u64 = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+    let deadline: u64 = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+    let left = Duration::from_nanos(deadline).saturating_sub(crate::sys::monotonic());
     let grants = words
         .next()
         .unwrap_or_default()
@@ -178,8 +180,7 @@ fn lease_from(args: &LockArgs, line: &str) -> Result<Lease> {
             detached: true,
         },
         grants,
-        // Counted from now, after `lock` measured it: a little earlier than its own.
-        deadline: Instant::now() + Duration::from_millis(left),
+        deadline: Instant::now() + left,
     })
 }
 
