@@ -17,7 +17,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 runner=$here/runner.sh
 
-fail() { echo "FAIL: $*"; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  for log in "$work"/*.log; do echo "--- $log"; cat "$log"; done
+  exit 1
+}
 ok() { echo "ok: $*"; }
 out() { sed -n "s/^$2=//p" "$work/$1/output" | tail -1; }
 show() {
@@ -33,13 +37,13 @@ until_ok() { for _ in $(seq 300); do "$@" && return 0; sleep 0.1; done; "$@"; }
 # (the action's default follows the step's parent, which a step run with & here is not).
 step() {
   local s=$1 job=$2; shift 2
-  env INPUT_NAME="${NAME:-deploy}" INPUT_TTL=1s INPUT_FOLLOW=$$ "$@" "$runner" "$s" "$work/$job" \
+  env INPUT_NAME="${NAME:-deploy}" INPUT_TTL=5s INPUT_FOLLOW=$$ "$@" "$runner" "$s" "$work/$job" \
     >>"$work/$job.log" 2>&1
 }
 # The same in the background, $! being the action's node process itself (runner.sh execs it).
 bg_step() {
   local s=$1 job=$2; shift 2
-  env INPUT_NAME="${NAME:-deploy}" INPUT_TTL=1s INPUT_FOLLOW=$$ "$@" "$runner" "$s" "$work/$job" \
+  env INPUT_NAME="${NAME:-deploy}" INPUT_TTL=5s INPUT_FOLLOW=$$ "$@" "$runner" "$s" "$work/$job" \
     >>"$work/$job.log" 2>&1 &
 }
 

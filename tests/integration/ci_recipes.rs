@@ -41,7 +41,9 @@ fn step(env: &Env, recipe_file: &str, deploy: &str) -> Command {
     )
     .env("DEPLOY", deploy)
     .stdin(Stdio::null())
-    .stderr(Stdio::piped());
+    // A file, not a pipe: a dlock left behind by a shell that died would hold a pipe open and
+    // hang the test instead of failing it.
+    .stderr(std::fs::File::create(env.path("step.err")).unwrap());
     c
 }
 
@@ -65,6 +67,7 @@ fn endless_deploy(env: &Env) -> String {
 fn recipe_runs_and_cancels(env: &Env, file: &str, name: &str) {
     let o = output_within(step(env, file, "true"), LIMIT);
     assert_code(&o, 0);
+    let err = || read(&env.path("step.err"));
     assert_eq!(env.inspect(name)["held"], false);
 
     let shell: Child = step(env, file, &endless_deploy(env)).spawn().unwrap();
@@ -77,12 +80,13 @@ fn recipe_runs_and_cancels(env: &Env, file: &str, name: &str) {
     assert_eq!(env.inspect(name)["held"], true);
     signal(shell.id(), libc::SIGTERM);
     let o = finish(shell, LIMIT);
-    assert!(!o.status.success(), "{}", stderr(&o));
-    assert!(
-        wait_for(LIMIT, || !running(deploy)),
-        "the deploy outlived the cancel"
-    );
-    assert_eq!(env.inspect(name)["held"], false, "{}", stderr(&o));
+    assert!(!o.status.success(), "{}", err());
+    let stopped = wait_for(LIMIT, || !running(deploy));
+    if !stopped {
+        signal(deploy, libc::SIGKILL);
+    }
+    assert!(stopped, "the deploy outlived the cancel: {}", err());
+    assert_eq!(env.inspect(name)["held"], false, "{}", err());
 }
 
 fn all_recipes(env: &Env) {

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::common::redis::RedisServer;
 use crate::common::*;
 
-const TTL: &str = "600ms";
+// Short, so that three ttls pass quickly; long enough that a loaded machine renews in time.
+const TTL: &str = "1500ms";
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// `lock NAME --keepalive` with these extra flags and events in `events`: the token.
