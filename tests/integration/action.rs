@@ -49,11 +49,9 @@ fn action_yml_passes_the_offline_validator() {
 /// `tests/action/run.sh` with dlock on PATH and `store` in DLOCK_STORE.
 fn play_the_runner(store: &str) {
     node();
-    let bin = Path::new(env!("CARGO_BIN_EXE_dlock")).parent().unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let mut c = Command::new("bash");
     c.arg(root().join("tests/action/run.sh"))
-        .env("PATH", path)
+        .env("PATH", path_with_dlock())
         .env("DLOCK_STORE", store)
         .env_remove("DLOCK_NAMESPACE")
         .stdin(Stdio::null());

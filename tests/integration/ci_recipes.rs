@@ -22,9 +22,6 @@ fn recipe(file: &str) -> String {
 /// The step's shell running `recipe` (a script, or the Makefile through make), with dlock on
 /// PATH and `deploy` as its DEPLOY command.
 fn step(env: &Env, recipe_file: &str, deploy: &str) -> Command {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_dlock"))
-        .parent()
-        .unwrap();
     let run = if recipe_file == "Makefile" {
         format!("exec make -s -f {} deploy", recipe(recipe_file))
     } else {
@@ -35,15 +32,12 @@ fn step(env: &Env, recipe_file: &str, deploy: &str) -> Command {
     if let Some(s) = env.stores.first() {
         c.env("DLOCK_STORE", s);
     }
-    c.env(
-        "PATH",
-        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-    )
-    .env("DEPLOY", deploy)
-    .stdin(Stdio::null())
-    // A file, not a pipe: a dlock left behind by a shell that died would hold a pipe open and
-    // hang the test instead of failing it.
-    .stderr(std::fs::File::create(env.path("step.err")).unwrap());
+    c.env("PATH", path_with_dlock())
+        .env("DEPLOY", deploy)
+        .stdin(Stdio::null())
+        // A file, not a pipe: a dlock left behind by a shell that died would hold a pipe open and
+        // hang the test instead of failing it.
+        .stderr(std::fs::File::create(env.path("step.err")).unwrap());
     c
 }
 
@@ -114,15 +108,9 @@ fn a_hold_across_steps_ends_with_its_end_step_and_a_cancelled_begin_releases_not
     let env = Env::file();
     let hold = |arg: &str, token_file: &str| {
         let mut c = env.shell(&format!("exec sh {} {arg}", recipe("hold-steps.sh")));
-        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_dlock"))
-            .parent()
-            .unwrap();
-        c.env(
-            "PATH",
-            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-        )
-        .env("DLOCK_TOKEN_FILE", env.path(token_file))
-        .stderr(Stdio::piped());
+        c.env("PATH", path_with_dlock())
+            .env("DLOCK_TOKEN_FILE", env.path(token_file))
+            .stderr(Stdio::piped());
         c
     };
     assert_code(&output_within(hold("begin", "a"), LIMIT), 0);
