@@ -45,6 +45,7 @@ async function main() {
   }
   if (cancelled) {
     await giveBack(bin, held);
+    lib.setOutput('acquired', 'false');
     lib.command('error', `cancelled (${cancelled}) while waiting for ${names.join(', ')}; nothing is held`);
     process.exitCode = 1;
     return;

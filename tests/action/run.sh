@@ -59,6 +59,7 @@ cancel() {
   wait $b; local code=$?
   [ $code -ne 0 ] || fail "a cancelled main succeeded"
   grep -q "cancelled (SIGINT) while waiting" "$work/b.log" || fail "job b's main did not stop on SIGINT"
+  [ "$(out b acquired)" = false ] || fail "job b's output acquired is not false"
   step post b || fail "job b's post failed"
   grep -q "nothing to release" "$work/b.log" || fail "job b's post did not say it had nothing to release"
   dlock check deploy --token "$ta" || fail "job a's lock was released by the cancelled job b"
