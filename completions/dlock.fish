@@ -39,6 +39,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print vers
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "lock" -d 'Take a lock that outlives this process and print its token'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "unlock" -d 'Release a lock by its token, or any holder with --force'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "extend" -d 'Renew a lease held by a token'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "check" -d 'Exit 0 while a token holds a lock, 1 when it does not (69: the stores cannot tell)'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "multilock" -d 'Take several locks at once, all or none, then run a command or print the token'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "inspect" -d 'Show who holds a lock, its fence and its waiters'
@@ -52,8 +53,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l wait -l timeou
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l metrics-file -d 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l follow -d 'With --keepalive: the process whose end releases the lock: `parent` (the default: the shell or program that ran `dlock lock`), a PID, or `none` (only unlock or a lost lease end the hold: a CI job\'s later steps)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
@@ -63,6 +64,7 @@ never\t''"
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is busy'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shared -d 'Share the lock with other --shared holders (readers); exclusive holders wait'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l keepalive -d 'Leave a renewer process behind that renews the lease every ttl/3 until `dlock unlock --token` (which stops it and releases), the lease is lost, or the --follow process ends'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Print results as JSON on stdout'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say nothing on stderr but errors'
@@ -96,17 +98,27 @@ complete -c dlock -n "__fish_dlock_using_subcommand extend" -s v -l verbose -d '
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l token -d 'Token printed by `lock`' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l store-timeout -d 'Time one store may take to answer before it counts as unreachable [default: ttl/10, at most 1s]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l json -d 'Print results as JSON on stdout'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s q -l quiet -d 'Say nothing on stderr but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand check" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l any -d 'Take whichever of these names is free first (tried in a random rotation; waits on all of them); the command learns which from DLOCK_NAME. End the names with `--`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'Lease time; renewed by `run`, kept until then by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l limit -d 'Let up to K holders in at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-grace -d 'Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed, --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l on-lost -d 'The moment the lease is known lost (the store refused a renewal: `unlock --force`, an expiry; or no renewal by the point of no return), run this shell command (`sh -c`) with the lease\'s DLOCK_* variables and DLOCK_LOST_REASON. It runs beside the job and is not waited for: the job is stopped at the usual time' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l warn-signal -d 'The moment the lease is known lost, send this signal (USR1, SIGUSR2, 10...) to the command\'s process group, just before the SIGTERM that stops it. A process of the group that does not catch it gets its default action (USR1, USR2: terminate)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l metrics-file -d 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l hold-min -d 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l max-runtime -d 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l jitter -d 'Sleep a random time up to this long before trying for the lock' -r
@@ -130,11 +142,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l ttl -d 'Lease 
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s w -l wait -l timeout -d 'Wait at most this long for the lock (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s E -l conflict-exit-code -d 'Exit code when the lock is not acquired (default 75)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l kill-grace -d 'Always the time between SIGTERM and SIGKILL when a job is stopped (its command killed, --max-runtime, dlock gone, the lease lost); a lease that cannot be renewed gets its SIGTERM this long before it would run out [default: ttl/4, at most 10s]' -r
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l on-lost -d 'The moment the lease is known lost (the store refused a renewal: `unlock --force`, an expiry; or no renewal by the point of no return), run this shell command (`sh -c`) with the lease\'s DLOCK_* variables and DLOCK_LOST_REASON. It runs beside the job and is not waited for: the job is stopped at the usual time' -r
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l warn-signal -d 'The moment the lease is known lost, send this signal (USR1, SIGUSR2, 10...) to the command\'s process group, just before the SIGTERM that stops it. A process of the group that does not catch it gets its default action (USR1, USR2: terminate)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l metrics-file -d 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
@@ -174,8 +183,6 @@ complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s v -l verbose -d '
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l format -d 'table: for people; prometheus: the Prometheus text format (holders, how long the oldest has held, waiters; one series per name), for a scrape script' -r -f -a "table\t''
-prometheus\t''"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r

@@ -28,7 +28,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
         Durations are 500ms, 30s, 5m, 1h, or a bare number of seconds (5, 0.5).",
     after_help = "Exit codes: 0 ok, 1 not the holder / failure, 64 usage, 69 stores unavailable, \
         70 lock lost (run), 74 lock's token not written (released), 75 not acquired, 77 refused by the store, 78 store misconfigured, \
-        124 --max-runtime ran out (run).",
+        124 --max-runtime ran out (run). `check`: 0 while the token holds, 1 when it does not.",
     propagate_version = true,
     disable_help_subcommand = true
 )]
@@ -146,6 +146,8 @@ pub enum Command {
     Unlock(UnlockArgs),
     /// Renew a lease held by a token
     Extend(ExtendArgs),
+    /// Exit 0 while a token holds a lock, 1 when it does not (69: the stores cannot tell)
+    Check(CheckArgs),
     /// Run a command while holding a lock, renewing it until the command exits
     #[command(alias = "run-with-lock", after_long_help = RUN_AFTER_HELP)]
     Run(RunArgs),
@@ -270,6 +272,38 @@ pub struct LockArgs {
     pub mode: ModeArgs,
     #[command(flatten)]
     pub holder: HolderArgs,
+    /// Leave a renewer process behind that renews the lease every ttl/3 until `dlock unlock
+    /// --token` (which stops it and releases), the lease is lost, or the --follow process ends
+    #[arg(long)]
+    pub keepalive: bool,
+    /// With --keepalive: the process whose end releases the lock: `parent` (the default: the
+    /// shell or program that ran `dlock lock`), a PID, or `none` (only unlock or a lost lease
+    /// end the hold: a CI job's later steps)
+    #[arg(long, value_name = "PID|parent|none", requires = "keepalive", value_parser = parse_follow)]
+    pub follow: Option<Follow>,
+}
+
+/// Which process a `lock --keepalive` hold ends with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// The process that ran `dlock lock`.
+    Parent,
+    Pid(u32),
+    /// None: the hold ends only by unlock or loss.
+    Nothing,
+}
+
+fn parse_follow(s: &str) -> Result<Follow, String> {
+    match s.trim() {
+        "parent" => Ok(Follow::Parent),
+        "none" => Ok(Follow::Nothing),
+        n => match n.parse::<u32>() {
+            Ok(pid) if pid > 0 && pid <= i32::MAX as u32 => Ok(Follow::Pid(pid)),
+            _ => Err(format!(
+                "{s:?} is not a process id; give a PID, parent or none"
+            )),
+        },
+    }
 }
 
 #[derive(Args, Debug)]
@@ -297,6 +331,16 @@ pub struct ExtendArgs {
     /// New lease time, counted from now
     #[arg(long, value_name = "DUR", env = "DLOCK_TTL", default_value = "30s", value_parser = parse_ttl)]
     pub ttl: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Lock name
+    #[arg(value_parser = names::parse_name)]
+    pub name: String,
+    /// Token printed by `lock`
+    #[arg(long, value_name = "TOKEN", value_parser = names::parse_token)]
+    pub token: String,
 }
 
 #[derive(Args, Debug)]
@@ -453,6 +497,7 @@ pub fn one_subcommand(globals: clap::Command, name: &str) -> Option<clap::Comman
         "lock" => LockArgs::augment_args,
         "unlock" => UnlockArgs::augment_args,
         "extend" => ExtendArgs::augment_args,
+        "check" => CheckArgs::augment_args,
         "run" => RunArgs::augment_args,
         "multilock" => MultilockArgs::augment_args,
         "inspect" => InspectArgs::augment_args,

@@ -96,7 +96,12 @@ pub fn holder_pid(meta: &Value) -> Option<u64> {
 /// Whether the holding process still runs, when it ran on this host (None: another host's,
 /// or not known). A pid the kernel would not let us signal still exists.
 pub fn alive(meta: &Value) -> Option<bool> {
-    let pid = i32::try_from(holder_pid(meta)?).ok().filter(|p| *p > 0)?;
+    pid_alive(meta, holder_pid(meta)?)
+}
+
+/// Whether process `pid` of the host `meta` names still runs (None: another host's).
+pub fn pid_alive(meta: &Value, pid: u64) -> Option<bool> {
+    let pid = i32::try_from(pid).ok().filter(|p| *p > 0)?;
     if field(meta, "host")? != crate::sys::hostname() {
         return None;
     }

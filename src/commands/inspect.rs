@@ -24,6 +24,7 @@ fn holders_json(holders: &[QuorumHolder]) -> Vec<serde_json::Value> {
             let mut v = json!(q);
             v["pid"] = json!(crate::meta::holder_pid(&q.holder.meta));
             v["alive"] = json!(crate::meta::alive(&q.holder.meta));
+            v["keepalive"] = super::keepalive::shown_json(&q.holder.meta);
             v
         })
         .collect()
@@ -236,5 +237,8 @@ fn print_holder(out: &Output, h: &Holder) {
     }
     if let Some(ci) = crate::meta::field(&h.meta, "ci") {
         out.line(&format!("            ci: {}", crate::meta::printable(ci)));
+    }
+    if let Some(k) = super::keepalive::shown_line(&h.meta) {
+        out.line(&format!("            {k}"));
     }
 }

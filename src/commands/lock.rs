@@ -3,20 +3,34 @@
 use serde_json::json;
 
 use super::Ctx;
+use super::keepalive;
 use super::{acquire_with, holder_request, millis, mode};
-use crate::cli::LockArgs;
+use crate::cli::{Follow, LockArgs};
 use crate::engine::{Lease, previous};
 use crate::events::Events;
 use crate::exit::{Error, ExitCode, Result};
 
 pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
-    let req = holder_request(
-        vec![(args.name, mode(&args.mode))],
+    if args.keepalive && keepalive::is_renewer() {
+        return keepalive::renew(args, ctx).await;
+    }
+    let mut req = holder_request(
+        vec![(args.name.clone(), mode(&args.mode))],
         args.acquire.ttl,
         &[],
         true,
         &args.holder,
     );
+    // Started before the wait, so that the lease names it (see `keepalive`).
+    let renewer = match args.keepalive {
+        true => {
+            let follow = args.follow.unwrap_or(Follow::Parent);
+            let r = keepalive::Renewer::start(follow)?;
+            req.meta = keepalive::with_renewer(&req.meta, r.pid(), follow);
+            Some(r)
+        }
+        false => None,
+    };
     // The token is the result on stdout: events go to a file only.
     let events = Events::open(args.holder.events.as_deref(), false)?;
     // The run, for --metrics-file, is the taking of the lock: no command of its own.
@@ -26,12 +40,40 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
         .await;
     events.finish();
     let ended = match lease {
-        Ok(lease) => hand_over(ctx, &lease).await,
+        Ok(lease) => hold(ctx, &lease, renewer, args.keepalive).await,
         Err(e) => Err(e),
     };
     let path = args.holder.metrics_file.as_deref();
     super::record_metrics(ctx, path, &req.names, &ended, &timing);
     ended
+}
+
+/// Hand the lease to its renewer (`--keepalive`), then print its token; a lease that cannot
+/// be handed over or printed is given back, and its renewer stopped.
+async fn hold(
+    ctx: &Ctx,
+    lease: &Lease,
+    renewer: Option<keepalive::Renewer>,
+    keepalive: bool,
+) -> Result<i32> {
+    if let Some(r) = renewer
+        && let Err(e) = r.hand_over(lease)
+    {
+        ctx.shards
+            .release(
+                &lease.req.names,
+                &lease.req.token,
+                crate::store::Outcome::Withdrawn,
+            )
+            .await;
+        return Err(e);
+    }
+    let printed = hand_over(ctx, lease).await;
+    if printed.is_err() && keepalive {
+        // Released by `hand_over`: its renewer must not go on.
+        keepalive::stop::stop(&lease.req.token).await;
+    }
+    printed
 }
 
 /// Print the token of a lease that outlives dlock; if it cannot be written (a full disk, a

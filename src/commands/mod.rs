@@ -3,11 +3,13 @@
 //! (`acquire`), trusting the clock (`clock`), engine outcomes as pinned exit codes (`outcome`).
 
 mod acquire;
+pub mod check;
 mod clock;
 pub mod completions;
 pub mod doctor;
 pub mod extend;
 pub mod inspect;
+pub mod keepalive;
 pub mod list;
 pub mod lock;
 pub mod multilock;
@@ -46,6 +48,7 @@ pub async fn run(command: Command, ctx: &Ctx) -> Result<i32> {
         Command::Lock(a) => lock::run(a, ctx).await,
         Command::Unlock(a) => unlock::run(a, ctx).await,
         Command::Extend(a) => extend::run(a, ctx).await,
+        Command::Check(a) => check::run(a, ctx).await,
         Command::Run(a) => run::run(a, ctx).await,
         Command::Multilock(a) => multilock::run(a, ctx).await,
         Command::Inspect(a) => inspect::run(a, ctx).await,

@@ -21,8 +21,12 @@ pub async fn run(args: UnlockArgs, ctx: &Ctx) -> Result<i32> {
     };
     let engine = ctx.shards.engine(&args.name);
     let tally = match &args.token {
-        // A script's own release: its work ended as it meant it to.
-        Some(token) => engine.release(&names, token, Outcome::Released).await,
+        // A script's own release: its work ended as it meant it to. A `lock --keepalive`
+        // renewer of this token stops renewing first (one step for the script).
+        Some(token) => {
+            super::keepalive::stop::stop(token).await;
+            engine.release(&names, token, Outcome::Released).await
+        }
         None => engine.force_release(&names).await,
     };
     let released = match engine.verdict(tally) {

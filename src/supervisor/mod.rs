@@ -16,7 +16,7 @@ mod exec;
 mod job;
 mod keeper;
 pub mod orphan;
-mod renew;
+pub(crate) mod renew;
 mod settle;
 pub mod signals;
 mod spawn;

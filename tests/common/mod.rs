@@ -629,3 +629,13 @@ pub fn tls_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     ]);
     (p("ca.pem"), p("server.pem"), p("server.key"))
 }
+
+/// PATH with the dlock under test first: for scripts that call `dlock` by name.
+pub fn path_with_dlock() -> String {
+    let bin = Path::new(env!("CARGO_BIN_EXE_dlock")).parent().unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}

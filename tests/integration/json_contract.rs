@@ -128,6 +128,22 @@ fn every_command_prints_one_versioned_object_on_every_exit() {
     case(&mut saved, &["doctor"], None);
     case(&mut saved, &["unlock", "s", "--force"], None);
     case(&mut saved, &["unlock", "never-held", "--force"], None);
+    // A hold kept alive, shown by inspect, checked, unlocked; a token that does not hold it.
+    case(
+        &mut saved,
+        &["lock", "k", "--keepalive", "--follow", "none"],
+        None,
+    );
+    let kept: serde_json::Value = serde_json::from_str(&saved.last().unwrap().1).unwrap();
+    let token = kept["token"].as_str().unwrap().to_string();
+    case(&mut saved, &["inspect", "k"], None);
+    case(&mut saved, &["check", "k", "--token", &token], None);
+    case(&mut saved, &["unlock", "k", "--token", &token], None);
+    case(
+        &mut saved,
+        &["check", "k", "--token", STRANGER],
+        Some("not_holder"),
+    );
     // Failures: busy (75 or -E), a token that does not hold (1), usage (64), a command that
     // could not run (127).
     case(&mut saved, &["lock", "a", "-n"], Some("not_acquired"));

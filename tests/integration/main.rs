@@ -5,9 +5,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod action;
 mod any;
 mod bad_input;
 mod checker_bounds;
+mod ci_recipes;
 mod cli;
 mod completion;
 mod conformance;
@@ -29,6 +31,7 @@ mod hygiene;
 mod job_control;
 mod job_life;
 mod json_contract;
+mod keepalive;
 mod lost_grant;
 mod lost_messages;
 mod lost_signal;
