@@ -63,7 +63,7 @@ fn file() -> Subject {
 
 const REDIS: Caps = Caps {
     shows_waiters: true,
-    fifo: false,
+    fifo: true,
     session_leases: false,
     short_ttl: Duration::from_secs(2),
     notified: true,
