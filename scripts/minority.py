@@ -3,6 +3,8 @@ turns (as scripts/ab.py does), for the frozen-member table of BENCHMARKS.md (iss
 `lock` is timed alone: each is followed by an untimed `unlock` with its token, so the next
 round finds the name free. The name is used once by every build first, so that each member
 keeps its marker (a name's first use with a member frozen waits for it: the amnesia rule).
+The stores are any dlock takes: five Redis servers, or one etcd cluster by its three endpoints
+(scripts/minority starts both and freezes the members).
 Usage: python3 scripts/minority.py ROUNDS 'LABEL=DLOCK' ... -- --store URL --store URL ...
 """
 import statistics

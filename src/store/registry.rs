@@ -43,9 +43,10 @@ pub static FILE: Kind = Kind {
     },
 };
 
-/// Waiters are told of a release by a wake-up list, not served in queue order.
+/// Waiters stand in a line kept inside the grant's own script, served in arrival order.
 const REDIS_CAPS: Caps = Caps {
     shows_waiters: true,
+    fifo: true,
     ..Caps::PLAIN
 };
 

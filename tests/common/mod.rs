@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod line;
 pub mod mysql;
 pub mod pgbouncer;
 pub mod postgres;

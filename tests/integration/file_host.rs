@@ -264,51 +264,10 @@ fn two_users_of_a_group_share_a_setgid_directory() {
     assert_code(&as_user(54002, &["run", "-n", "deploy", "--", "true"]), 0);
 }
 
-/// Waiting dlock processes, killed if the test fails before they are done.
-struct Waiters(Vec<std::process::Child>);
-
-impl Drop for Waiters {
-    fn drop(&mut self) {
-        for w in &mut self.0 {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
-    }
-}
-
 /// 30 waiters, each started once the one before it is queued, are served in that order.
 #[test]
 fn thirty_waiters_are_served_in_arrival_order() {
-    let env = Env::file();
-    let o = env.run(&["lock", "q", "--ttl", "5m"]);
-    assert_code(&o, 0);
-    let token = stdout(&o);
-    let order = env.path("order");
-    let mut waiters = Waiters(Vec::new());
-    for i in 0..30 {
-        let script = format!("echo {i} >> {}", order.display());
-        waiters.0.push(env.spawn_run(&["q"], &script));
-        let queued = wait_for(LIMIT, || {
-            env.inspect("q")["waiters"]
-                .as_array()
-                .is_some_and(|w| w.len() == i + 1)
-        });
-        assert!(queued, "waiter {i} never queued: {}", env.inspect("q"));
-    }
-    assert_code(&env.run(&["unlock", "q", "--token", &token]), 0);
-    for w in std::mem::take(&mut waiters.0) {
-        assert_code(&finish(w, LIMIT), 0);
-    }
-    let served: Vec<usize> = read(&order).lines().map(|l| l.parse().unwrap()).collect();
-    let inversions = (0..served.len())
-        .flat_map(|i| (i + 1..served.len()).map(move |j| (i, j)))
-        .filter(|&(i, j)| served[i] > served[j])
-        .count();
-    assert_eq!(
-        served,
-        (0..30).collect::<Vec<_>>(),
-        "{inversions} of 435 pairs out of order"
-    );
+    crate::common::line::assert_served_in_arrival_order(&Env::file(), 30);
 }
 
 /// The longest valid name, with a hundred `/`, works on the file store (it failed with

@@ -188,3 +188,55 @@ fn rediss_with_a_private_ca() {
     assert_code(&o, 69);
     assert_eq!(stderr(&o).lines().count(), 1);
 }
+
+/// 30 waiters, each started once the one before it is queued, are served in that order.
+#[test]
+fn thirty_waiters_are_served_in_arrival_order() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    crate::common::line::assert_served_in_arrival_order(&env, 30);
+}
+
+/// A reader that comes while readers hold the name waits behind a queued writer: nobody
+/// overtakes an earlier waiter, and the writer is not starved by a stream of readers.
+#[test]
+fn a_reader_waits_behind_a_queued_writer() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let reader = stdout(&env.run(&["lock", "q", "--shared", "--ttl", "60s"]));
+    let order = env.path("order");
+    let job = |who: &str| format!("echo {who} >> {}", order.display());
+    let mut ws = crate::common::line::Waiters(vec![env.spawn_run(&["q"], &job("writer"))]);
+    assert!(wait_for(Duration::from_secs(30), || waiters(&redis, "q") == 1));
+    assert_code(&env.run(&["run", "-n", "q", "--shared", "--", "true"]), 75);
+    ws.0.push(env.spawn_run(&["q", "--shared"], &job("reader")));
+    assert!(wait_for(Duration::from_secs(30), || waiters(&redis, "q") == 2));
+    assert_code(&env.run(&["unlock", "q", "--token", &reader]), 0);
+    for w in std::mem::take(&mut ws.0) {
+        assert_code(&finish(w, Duration::from_secs(30)), 0);
+    }
+    assert_eq!(read(&order), "writer\nreader\n");
+}
+
+/// A waiter killed with SIGKILL, which cannot leave the line itself, holds up the one behind
+/// it for no longer than its place lives without its polls: the next waiter is served.
+#[test]
+fn a_killed_waiter_leaves_the_line() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let token = stdout(&env.run(&["lock", "q", "--ttl", "60s"]));
+    let mut first = waiter(&env, "q");
+    assert!(wait_for(Duration::from_secs(30), || waiters(&redis, "q") == 1));
+    signal(first.id(), libc::SIGKILL);
+    let _ = first.wait();
+    let order = env.path("order");
+    let next = env.spawn_run(&["q"], &format!("echo next >> {}", order.display()));
+    let mut next = crate::common::line::Waiters(vec![next]);
+    // The second to join the line (it joins behind the dead one, if that is still there).
+    let joined = || redis.cmd("HINCRBY dlock:{default:q}:f wseq 0") == ":2";
+    assert!(wait_for(Duration::from_secs(30), joined));
+    assert_code(&env.run(&["unlock", "q", "--token", &token]), 0);
+    assert_code(&finish(next.0.remove(0), Duration::from_secs(30)), 0);
+    assert_eq!(read(&order), "next\n");
+    assert_eq!(waiters(&redis, "q"), 0, "the dead waiter's place is gone");
+}

@@ -55,22 +55,82 @@ local function admits(mode, modes)
   return #modes < tonumber(string.sub(mode, 2))
 end
 
+-- Withdraw a waiter from the line; true if it was in it.
 local function unwait(w, wd, token)
-  if redis.call('ZREM', w, token) == 1 then redis.call('HDEL', wd, token) end
+  if redis.call('ZREM', w, token) == 1 then
+    redis.call('HDEL', wd, token)
+    return true
+  end
+  return false
 end
 
--- Wake the longest-waiting live waiter (one, not the herd), dropping dead ones on the way.
-local function wake(w, wd)
+-- The live waiters in line order: visit(token, mode) for each until it returns false. A waiter
+-- refreshes its deadline at every attempt, so one that stopped (killed, cut off) is dropped
+-- here, by whichever script meets it first, once its deadline passed: it leaves the line
+-- within its life, whoever comes next. Returns whether it dropped any.
+local function line(w, wd, visit)
+  local after, dropped = '-inf', false
   while true do
-    local first = redis.call('ZRANGE', w, 0, 0)[1]
-    if not first then return end
-    local d = redis.call('HGET', wd, first)
-    if d and tonumber(string.match(d, '^(%d+)')) > now then
-      redis.call('PUBLISH', 'dlock:wake:' .. first, '1')
-      return
+    local batch = redis.call('ZRANGEBYSCORE', w, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 16)
+    if #batch == 0 then return dropped end
+    local tokens = {}
+    for i = 1, #batch, 2 do tokens[#tokens + 1] = batch[i] end
+    local details = redis.call('HMGET', wd, unpack(tokens))
+    for i, token in ipairs(tokens) do
+      local d, m
+      if details[i] then d, m = string.match(details[i], '^(%d+)|(.*)$') end
+      -- A mode this version cannot read waits as an exclusive one (fail closed).
+      if m ~= 's' and not (m and string.match(m, '^l%d+$')) then m = 'x' end
+      if d and tonumber(d) > now then
+        if not visit(token, m) then return dropped end
+      else
+        unwait(w, wd, token)
+        dropped = true
+      end
     end
-    unwait(w, wd, first)
+    after = '(' .. batch[#batch]
   end
+end
+
+-- Whether a lease of `mode` fits beside `count` others, all of the same mode when `same`
+-- (admits, counted as it goes: a waiter's check walks a line of any length once).
+local function fits(mode, count, same)
+  if mode == 'x' then return count == 0 end
+  return same and (mode == 's' or count < tonumber(string.sub(mode, 2)))
+end
+
+-- Whether `token` may hold `mode` now: its mode admits the live holders' `modes` and every
+-- live waiter ahead of it in line (every one, for a newcomer), as queue::turn has it for etcd
+-- and ZooKeeper. Nobody overtakes an earlier waiter. Also returns whether dead waiters were
+-- dropped on the way (the line moved).
+local function turn(w, wd, token, mode, modes)
+  if not admits(mode, modes) then return false, false end
+  local count, ok = #modes, true
+  local dropped = line(w, wd, function(t, m)
+    if t == token then return false end
+    count = count + 1
+    ok = m == mode and fits(mode, count, true)
+    return ok
+  end)
+  return ok, dropped
+end
+
+-- Wake the waiters at the front of the line that may hold beside the live holders' `modes`:
+-- the next exclusive one, or the next run of sharers (or of `limit K` ones, as many as there
+-- is room for), each on its own channel. One release wakes those it lets in, not the herd.
+local function wake(w, wd, modes)
+  local first, count = nil, #modes
+  line(w, wd, function(t, m)
+    if first == nil then
+      if not admits(m, modes) then return false end
+      first = m
+    elseif m ~= first or not fits(m, count, true) then
+      return false
+    end
+    count = count + 1
+    redis.call('PUBLISH', 'dlock:wake:' .. t, '1')
+    return m ~= 'x'
+  end)
 end
 
 -- What this server remembers of a name (engine::amnesia): whether the engine's marker is

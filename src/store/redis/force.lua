@@ -8,7 +8,7 @@ for i = 0, n - 1 do
     redis.call('DEL', h)
     -- The holder did not finish by itself: its successor should know.
     redis.call('HSET', f, 'previous', 'expired')
-    wake(w, wd)
+    wake(w, wd, {})
   end
 end
 return any

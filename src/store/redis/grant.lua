@@ -1,20 +1,25 @@
--- ARGV: token, modes (one per name, space-separated), ttl_ms, meta, queue (1: register as a
--- waiter if busy), waiter_ttl_ms
+-- ARGV: token, modes (one per name, space-separated), ttl_ms, meta, queue (1: join the line
+-- if busy), waiter_life_ms (how long a waiter's place is kept without its coming back)
 -- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1};
 -- either followed by each name's marker (1/0) and horizon in ms, before this grant.
 local token, ttl, meta = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 local mode_of = {}
 for m in string.gmatch(ARGV[2], '%S+') do mode_of[#mode_of + 1] = m end
 local busy, retry = false, nil
-local memo = {}
+local memo, holding, moved = {}, {}, {}
 for i = 0, n - 1 do
-  local h, f = keys(i)
+  local h, f, w, wd = keys(i)
   local modes, soonest = purge(h, f)
   local marked, horizon = recall(h, f)
   memo[#memo + 1], memo[#memo + 2] = marked, horizon
-  if not admits(mode_of[i + 1], modes) then
+  local ok
+  ok, moved[i] = turn(w, wd, token, mode_of[i + 1], modes)
+  holding[i] = modes
+  if not ok then
     busy = true
     if soonest and (not retry or soonest < retry) then retry = soonest end
+    -- Dead waiters left the front of the line: whoever stands there now may hold.
+    if moved[i] then wake(w, wd, modes) end
   end
 end
 if busy then
@@ -27,7 +32,7 @@ if busy then
       end
       redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode_of[i + 1])
       -- A waiter that can no longer clean up after itself (killed, or cut off from the server
-      -- when it gave up) must not leave the queue behind for good: the queue lives only as
+      -- when it gave up) must not leave the line behind for good: the line lives only as
       -- long as some waiter keeps coming back.
       redis.call('PEXPIRE', w, tonumber(ARGV[6]))
       redis.call('PEXPIRE', wd, tonumber(ARGV[6]))
@@ -45,8 +50,12 @@ for i = 0, n - 1 do
   redis.call('HSET', f, 'fence', fs)
   redis.call('HSET', h, token, (now + ttl) .. '|' .. fs .. '|' .. mode .. '|' .. meta)
   unwait(w, wd, token)
-  -- A sharer let in may make room for the next sharer: pass the wake-up along.
-  if mode ~= 'x' then wake(w, wd) end
+  -- Sharers behind a dead waiter this grant passed over were never woken: wake them now.
+  if moved[i] and mode ~= 'x' then
+    local beside = holding[i]
+    beside[#beside + 1] = mode
+    wake(w, wd, beside)
+  end
   out[#out + 1] = fence
   out[#out + 1] = redis.call('HGET', f, 'previous') or 'none'
 end

@@ -6,8 +6,11 @@
 //! one round trip (EVALSHA; the script is loaded once per server). Deadlines come from the
 //! server's `TIME` inside the script, never from the client's wall clock, and expired holders
 //! are dropped inside the script that finds them, which is how a grant learns that its
-//! predecessor expired. A release publishes to the longest-waiting live waiter's own channel,
-//! so one release wakes one waiter, not the herd.
+//! predecessor expired. Waiters stand in line in arrival order (a sorted set per name, kept by
+//! the same scripts, so each grant is still one atomic step): a grant must admit every live
+//! waiter ahead of it, and a release publishes only to the waiters at the front it lets in,
+//! each on its own channel, never to the herd. A waiter's place lives on its polls
+//! (`waiter_life`): one that dies leaves the line without anyone's help.
 //!
 //! `?wait_replicas=N` closes the hole a failover opens: after a grant or a renewal, `WAIT N`
 //! must confirm that N replicas have the write, or the grant is withdrawn (and the renewal
@@ -84,6 +87,14 @@ pub struct RedisStore {
     timeout: Duration,
     /// The URL gave a password (so the server was asked to authenticate at connect).
     has_password: bool,
+}
+
+/// How long a waiter's place in line is kept without its coming back. A waiter comes back at
+/// least every `MAX_POLL`, so a live one keeps its place with room to spare even on a busy
+/// host; one that died (SIGKILL) stops holding up the line within this: within its lease's
+/// ttl, for any ttl of a second or more.
+fn waiter_life(ttl: Duration) -> Duration {
+    ttl.clamp(MAX_POLL * 2, MAX_POLL * 4)
 }
 
 /// Map a Redis client error to what it means for dlock (and its exit code).
@@ -273,7 +284,7 @@ impl RedisStore {
             req.ttl.as_millis().to_string(),
             req.meta.clone(),
             if queue { "1" } else { "0" }.to_string(),
-            (MAX_POLL * 4).as_millis().to_string(),
+            waiter_life(req.ttl).as_millis().to_string(),
         ];
         let (reply, replicated) = self
             .run_replicated(&self.scripts.grant, names, &args, Retry::Never)

@@ -1,4 +1,4 @@
--- ARGV: token, ended. Releases what the token holds and withdraws it as a waiter. `ended` is
+-- ARGV: token, ended. Releases what the token holds and withdraws it from the line. `ended` is
 -- how the lease ended as the next holder is to be told ("released", "failed:3"), or "" for a
 -- waiter's attempt given back, which leaves the previous holder's outcome as it was.
 -- Returns 1 if it held any name.
@@ -7,7 +7,7 @@ local held = 0
 for i = 0, n - 1 do
   local h, f, w, wd = keys(i)
   local v = redis.call('HGET', h, token)
-  unwait(w, wd, token)
+  local waited = unwait(w, wd, token)
   if v then
     redis.call('HDEL', h, token)
     if parse(v) > now then
@@ -16,7 +16,8 @@ for i = 0, n - 1 do
     elseif ended ~= '' then
       redis.call('HSET', f, 'previous', 'expired')
     end
-    wake(w, wd)
   end
+  -- A holder gone, or a waiter that stood ahead of others: the front of the line may hold now.
+  if v or waited then wake(w, wd, (purge(h, f))) end
 end
 return held
