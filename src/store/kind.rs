@@ -118,10 +118,10 @@ pub enum Location {
 #[derive(Clone, Copy, Debug)]
 pub struct Caps {
     /// `inspect` lists the waiter a queued attempt registered (etcd and ZooKeeper queues,
-    /// Redis's wake-up list, the file store's queue).
+    /// Redis's line, the file store's queue).
     pub shows_waiters: bool,
     /// Waiters are served in queue order: a shared attempt does not pass a queued exclusive
-    /// one (etcd revisions, ZooKeeper sequence nodes, the file store's tickets).
+    /// one (etcd revisions, ZooKeeper sequence nodes, Redis's line, the file store's tickets).
     pub fifo: bool,
     /// A `run` (not detached) lease lives in the client's session, which keeps it alive:
     /// renewing checks the owner but moves no store-side expiry (ZooKeeper).
