@@ -75,8 +75,8 @@ struct State {
     boot: String,
     #[serde(default)]
     holders: Vec<Record>,
-    /// Waiters in arrival order (see `waiters`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Waiters in arrival order (see `waiters`), as one string (see `waiters::line`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "waiters::line")]
     queue: Vec<waiters::Entry>,
     /// The engine's marker (`Store::mark`): gone with the file when the directory is emptied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -354,7 +354,7 @@ impl Dir {
                 .map(|w| Waiter {
                     owner: crate::names::owner_id(&w.token),
                     mode: Mode::from_code(&w.mode).unwrap_or(Mode::Exclusive),
-                    meta: crate::meta::parse(&w.meta),
+                    meta: crate::meta::parse(&w.meta(&self.dir)),
                 })
                 .collect(),
             fence: st.fence,

@@ -40,6 +40,9 @@ impl Dir {
     /// debug build). A busy answer is never unsafe, and the state files are replaced whole,
     /// so a read without the flock sees one state or the next (`inspect` reads so too).
     pub(super) fn busy_at_a_glance(&self, req: &Acquire, queue: bool) -> Option<Answer> {
+        if queue && self.straight_in(&req.token) {
+            return None;
+        }
         let now = now_ns();
         let (mut recall, mut retry_after) = (Vec::new(), None::<u64>);
         let mut busy = false;

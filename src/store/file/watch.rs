@@ -41,7 +41,7 @@ impl DirWatch {
         req: Acquire,
     ) -> io::Result<DirWatch> {
         // Made before the directory is watched: making `.q` changes the directory.
-        let bell = store.ring_for(&req.token).and_then(|pipe| {
+        let bell = store.ring_for(&req.token, &req.meta).and_then(|pipe| {
             // SAFETY: the File moves into the AsyncFd, which alone keeps it open until dropped.
             unsafe { AsyncFd::register_with_interest(pipe, tokio::io::Interest::READABLE) }
                 .map_err(|e| io::Error::other(e.to_string()))
@@ -158,6 +158,7 @@ impl Listener for DirWatch {
                         let rung = drain_pipe(guard.get_inner());
                         guard.clear_ready();
                         if rung {
+                            self.ask.0.rang(&self.ask.1.token);
                             return;
                         }
                     }

@@ -157,6 +157,8 @@ async fn a_dead_waiter_is_passed_over() {
     drop(bell);
     drop(gone);
     super::mkfifo(&path, 0o600).unwrap();
+    let meta = super::meta_path(&path);
+    std::fs::write(&meta, "{}").unwrap();
     assert_eq!(store.inspect("q").await.unwrap().waiters.len(), 1);
     hush(&watch);
     assert!(
@@ -168,4 +170,38 @@ async fn a_dead_waiter_is_passed_over() {
     assert!(woken(&watch), "the waiter behind a dead one was not woken");
     assert!(granted(&store, &next).await);
     assert!(!path.exists(), "the dead waiter's bell stayed");
+    assert!(!meta.exists(), "the dead waiter's metadata stayed");
+}
+
+/// Forty waiters with a holder's usual metadata: the state file every operation re-reads
+/// and re-writes keeps the queue's order only (it held each waiter's metadata, escaped,
+/// 10 KB here), and `inspect` still shows each waiter's own metadata, from beside its bell.
+#[tokio::test]
+async fn the_state_file_keeps_the_queue_short_and_inspect_shows_each_waiters_metadata() {
+    let holder = exclusive("q");
+    let (root, store) = store_held_by(&holder).await;
+    let meta = |i: usize| {
+        format!(
+            r#"{{"acquired_at":"2026-11-26T20:32:11Z","command":"make deploy --target {i}","host":"build-7","pid":{i},"ppid":1,"user":"deploy","version":"0.1.0"}}"#
+        )
+    };
+    for i in 0..40 {
+        let req = Acquire {
+            meta: meta(i),
+            ..exclusive("q")
+        };
+        assert!(!granted(&store, &req).await, "granted past the queue");
+    }
+    let size = std::fs::metadata(root.path().join("t/q.json"))
+        .unwrap()
+        .len();
+    assert!(size < 4096, "the state file of 40 waiters is {size} bytes");
+    let st = store.inspect("q").await.unwrap();
+    let pids: Vec<u64> = st
+        .waiters
+        .iter()
+        .map(|w| w.meta["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, (0..40).collect::<Vec<u64>>());
+    assert_eq!(st.waiters[3].meta["command"], "make deploy --target 3");
 }
