@@ -282,12 +282,16 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__list)
-            opts="-v -q -h -V --names --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-v -q -h -V --names --format --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "table prometheus" -- "${cur}"))
+                    return 0
+                    ;;
                 --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -316,7 +320,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --keepalive --follow --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --reason --events --metrics-file --keepalive --follow --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -358,6 +362,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --metrics-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --follow)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -390,7 +398,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__multilock)
-            opts="-w -n -E -v -q -h -V --shared --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --kill-grace --leave-running --reason --events --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --shared --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --kill-grace --leave-running --on-lost --warn-signal --reason --events --metrics-file --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -428,11 +436,23 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --on-lost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warn-signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -464,7 +484,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-w -n -E -v -q -h -V --any --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --leave-running --reason --events --hold-min --max-runtime --jitter --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
+            opts="-w -n -E -v -q -h -V --any --ttl --timeout --wait --nonblock --no-wait --conflict-exit-code --shared --limit --kill-grace --leave-running --on-lost --warn-signal --reason --events --metrics-file --hold-min --max-runtime --jitter --store --shard --namespace --json --color --verbose --quiet --store-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -506,11 +526,23 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --on-lost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warn-signal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --events)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -734,7 +766,7 @@ _dlock_job() {
         if [[ -z $sub ]]; then
             case "$w" in
                 -*) ;;
-                *) [[ " --any --color --conflict-exit-code --events --follow --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " == *" $prev_w "* ]] || sub="$w" ;;
+                *) [[ " --any --color --conflict-exit-code --events --follow --format --hold-min --jitter --kill-grace --limit --max-runtime --metrics-file --namespace --on-lost --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait --warn-signal -E -w " == *" $prev_w "* ]] || sub="$w" ;;
             esac
         elif [[ $w == -- ]]; then
             case "$sub" in
@@ -749,7 +781,7 @@ _dlock_job() {
             esac
         elif [[ $w == --any ]]; then
             names=1
-        elif [[ $w != -* && " --any --color --conflict-exit-code --events --follow --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]]; then
+        elif [[ $w != -* && " --any --color --conflict-exit-code --events --follow --format --hold-min --jitter --kill-grace --limit --max-runtime --metrics-file --namespace --on-lost --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait --warn-signal -E -w " != *" $prev_w "* ]]; then
             positional=$((positional + 1))
         fi
         # The store options as given, so that the names come from the same store.
@@ -767,7 +799,7 @@ _dlock_job() {
             [[ $sub == multilock ]] && names=1
             # After these the word is a lock name all the same.
             [[ $prev_w == --shared || $prev_w == --any ]] && prev_w=""
-            if [[ $cur != -* && " --any --color --conflict-exit-code --events --follow --hold-min --jitter --kill-grace --limit --max-runtime --namespace --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait -E -w " != *" $prev_w "* ]] &&
+            if [[ $cur != -* && " --any --color --conflict-exit-code --events --follow --format --hold-min --jitter --kill-grace --limit --max-runtime --metrics-file --namespace --on-lost --reason --shard --shared --store --store-timeout --timeout --token --ttl --wait --warn-signal -E -w " != *" $prev_w "* ]] &&
                 ((names || positional == 0)); then
                 COMPREPLY=($(compgen -W "$(timeout 0.5 dlock "${store[@]}" list --names 2>/dev/null)" -- "$cur"))
                 return 0
