@@ -126,7 +126,8 @@ fn room(dir: &Path) -> Vec<Finding> {
     );
     if severity == Severity::Warn {
         text.push_str(
-            ": nearly full; when it is full every lock in this store fails (exit 69): free              space, or give --store file:///a/larger/dir",
+            ": nearly full; when it is full every lock in this store fails (exit 69): free \
+             space, or give --store file:///a/larger/dir",
         );
     }
     out.push(Finding::new("space", severity, text));
