@@ -76,7 +76,13 @@ fn two_of_four_stores_are_not_a_majority() {
 #[test]
 fn a_crashed_holder_or_waiter_is_freed_within_the_ttl() {
     let redis = RedisServer::start();
-    for env in [Env::file(), Env::with_stores(vec![redis.url()])] {
+    // How long a killed waiter may hold up the line: the file store hears its bell go at
+    // once; on Redis its place lapses 2 s after it last came back (README, "waiters in line").
+    let stores = [
+        (Env::file(), Duration::ZERO),
+        (Env::with_stores(vec![redis.url()]), Duration::from_secs(2)),
+    ];
+    for (env, lapse) in stores {
         // A holder that never comes back to unlock.
         let granted = env.path("holder.events");
         let flag = granted.display().to_string();
@@ -105,7 +111,7 @@ fn a_crashed_holder_or_waiter_is_freed_within_the_ttl() {
         assert_eq!(next.previous, "expired");
         next.assert_freed_within(
             (granted, "the crashed holder's grant (ttl 1 s)"),
-            Duration::from_millis(1800),
+            Duration::from_millis(1800) + lapse,
         );
     }
 }
