@@ -19,11 +19,24 @@
 //!   member cut before the attempt is left by the read.
 //! - A request that found no connection (the member is down, or knows no leader) was not
 //!   acted on, and goes to the next member at once.
+//! - Until the member requests go to has answered once (a process's first requests, or the
+//!   first after moving on), a request that may be sent twice is hedged: if its member has
+//!   not answered within the hedge delay, a copy goes to the next member too, and so on; the
+//!   first answer wins, and its member becomes the one requests go to. A frozen member
+//!   (SIGSTOP, a paused VM) still accepts TCP connections, since the kernel completes the
+//!   handshake, so the start picked at random among the members that accept one is that
+//!   member for a third of processes of a cluster of three: without the hedge each of them
+//!   waited out half the store timeout (or all of it, for a request sent once) before its
+//!   first answer.
 //!
-//! Resending is chosen over sending every request to two members at once (hedging) for
-//! simplicity: one copy of each request in the normal case, and no race between answers.
+//! Hedging every request (two copies at once) was not chosen: it doubles the load in the
+//! normal case and races answers of writes. Hedging only until the member has answered once
+//! costs nothing once it has (one copy of each request), and in the healthy case nothing at
+//! all: the first answer comes well inside the delay, so no second copy is sent. Only
+//! requests that may be sent twice are hedged.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -37,6 +50,11 @@ pub struct Endpoints {
     members: Vec<Member>,
     /// The member requests go to first: the one that answered last.
     current: AtomicUsize,
+    /// The member that answered last (`NO_MEMBER` before any answer): while it is not
+    /// `current`, requests that may be sent twice are hedged.
+    proven: AtomicUsize,
+    /// How long a hedged request waits on a member before a copy goes to the next one.
+    hedge: Duration,
     options: ConnectOptions,
     /// How long a request that may be sent again waits on one member.
     patience: Duration,
@@ -47,6 +65,17 @@ struct Member {
     url: String,
     client: OnceCell<Client>,
 }
+
+const NO_MEMBER: usize = usize::MAX;
+
+/// The least hedge delay: room for a process's own start-up jitter (a runtime, a loaded
+/// machine) over a first answer that takes a millisecond or two on a healthy member nearby.
+const HEDGE_FLOOR: Duration = Duration::from_millis(10);
+
+/// Round trips a first answer takes on a fresh connection, twice over: the TCP handshake, the
+/// HTTP/2 preface, the request (and TLS's two more), with room for the member's own work (a
+/// follower asks its leader before it answers a read).
+const HEDGE_TRIPS: u32 = 8;
 
 /// Whether a request may be sent to another member when its member did not answer in time
 /// (see the module's comment).
@@ -139,7 +168,7 @@ impl Endpoints {
             .iter()
             .map(|h| (h.clone(), format!("{scheme}://{h}")))
             .collect();
-        let (up, why) = probe(&urls, timeout).await;
+        let (up, why, trip) = probe(&urls, timeout).await;
         if up.is_empty() {
             return Err(StoreError::unavailable(format!(
                 "cannot reach etcd: {}",
@@ -171,6 +200,11 @@ impl Endpoints {
                 })
                 .collect(),
             current: AtomicUsize::new(start),
+            proven: AtomicUsize::new(NO_MEMBER),
+            // Well past a healthy member's first answer (so that, healthy, only one copy is
+            // sent), reckoned from the slowest TCP handshake of the probe; and well inside
+            // the patience a request has on one member.
+            hedge: (HEDGE_FLOOR + trip * HEDGE_TRIPS).min(timeout / 8),
             options,
             patience: timeout / 2,
             timeout,
@@ -227,6 +261,10 @@ impl Endpoints {
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        let start = self.current.load(Ordering::Relaxed);
+        if resend == Resend::Yes && self.proven.load(Ordering::Relaxed) != start {
+            return self.hedged(start, request).await;
+        }
         let mut last = None;
         for _ in 0..self.members.len() {
             let i = self.current.load(Ordering::Relaxed);
@@ -245,11 +283,7 @@ impl Endpoints {
                 Resend::Yes => match tokio::time::timeout(self.patience, attempt).await {
                     Ok(r) => r,
                     Err(_) => {
-                        last = Some(StoreError::unavailable(format!(
-                            "cannot reach etcd: no answer from {} within {}",
-                            self.members[i].url,
-                            humantime::format_duration(self.patience)
-                        )));
+                        last = Some(self.no_answer(i));
                         continue;
                     }
                 },
@@ -258,6 +292,7 @@ impl Endpoints {
                 Err(e) if no_connection(&e) => last = Some(classify(e)),
                 r => {
                     tried.answered = true;
+                    self.proven.store(i, Ordering::Relaxed);
                     return r.map_err(classify);
                 }
             }
@@ -268,6 +303,75 @@ impl Endpoints {
                 humantime::format_duration(self.timeout)
             ))
         }))
+    }
+}
+
+impl Endpoints {
+    /// Run a request that may be sent twice on `start`, and after each hedge delay without an
+    /// answer on the next member too (at once if a member refused it unsent); the first answer
+    /// wins and its member becomes the current one. Each member waits at most `patience`.
+    async fn hedged<T, F, Fut>(&self, start: usize, request: F) -> StoreResult<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        // Each copy calls `request` once, and the future it gets back owns what it needs:
+        // the borrow ends before the copy awaits anything.
+        let request = Mutex::new(request);
+        let attempt = |i: usize| {
+            let request = &request;
+            async move {
+                let r = tokio::time::timeout(self.patience, async {
+                    let client = self.client_of(i).await?;
+                    let answer = (request.lock().unwrap_or_else(|e| e.into_inner()))(client);
+                    answer.await
+                })
+                .await;
+                (i, r)
+            }
+        };
+        let n = self.members.len();
+        let (mut pending, mut sent) = (FuturesUnordered::new(), 0);
+        let send = |pending: &mut FuturesUnordered<_>, sent: &mut usize| {
+            if *sent < n {
+                pending.push(attempt((start + *sent) % n));
+                *sent += 1;
+            }
+        };
+        send(&mut pending, &mut sent);
+        let mut last = None;
+        loop {
+            tokio::select! {
+                Some((i, r)) = pending.next() => match r {
+                    Ok(Err(e)) if no_connection(&e) => {
+                        last = Some(classify(e));
+                        send(&mut pending, &mut sent);
+                    }
+                    Err(_) => {
+                        last = Some(self.no_answer(i));
+                        send(&mut pending, &mut sent);
+                    }
+                    Ok(r) => {
+                        self.current.store(i, Ordering::Relaxed);
+                        self.proven.store(i, Ordering::Relaxed);
+                        return r.map_err(classify);
+                    }
+                },
+                _ = tokio::time::sleep(self.hedge), if sent < n => send(&mut pending, &mut sent),
+                else => break,
+            }
+        }
+        self.move_on(start);
+        Err(last.unwrap_or_else(|| self.no_answer(start)))
+    }
+
+    fn no_answer(&self, i: usize) -> StoreError {
+        StoreError::unavailable(format!(
+            "cannot reach etcd: no answer from {} within {}",
+            self.members[i].url,
+            humantime::format_duration(self.patience)
+        ))
     }
 }
 
@@ -303,28 +407,37 @@ fn tls_options(url: &mut ServerUrl) -> StoreResult<Option<TlsOptions>> {
     Ok(Some(tls))
 }
 
-/// The members whose host accepts a TCP connection within `timeout`, and why the others
-/// do not.
-async fn probe(urls: &[(HostPort, String)], timeout: Duration) -> (Vec<usize>, Vec<String>) {
+/// The members whose host accepts a TCP connection within `timeout`, why the others do
+/// not, and the longest a connection took (about a round trip: a frozen member's kernel
+/// answers as fast as a live one's).
+async fn probe(
+    urls: &[(HostPort, String)],
+    timeout: Duration,
+) -> (Vec<usize>, Vec<String>, Duration) {
     let tries = urls.iter().map(|(h, _)| async move {
         let addr = (h.host.as_str(), h.port);
+        let began = tokio::time::Instant::now();
         match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => Ok(began.elapsed()),
             Ok(Err(e)) => Err(format!("{h}: {e}")),
             Err(_) => Err(format!("{h}: no answer")),
         }
     });
     let mut up = Vec::new();
     let mut why = Vec::new();
+    let mut trip = Duration::ZERO;
     for (i, r) in futures_util::future::join_all(tries)
         .await
         .into_iter()
         .enumerate()
     {
         match r {
-            Ok(()) => up.push(i),
+            Ok(took) => {
+                up.push(i);
+                trip = trip.max(took);
+            }
             Err(e) => why.push(e),
         }
     }
-    (up, why)
+    (up, why, trip)
 }

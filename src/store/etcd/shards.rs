@@ -26,7 +26,14 @@ impl EtcdStore {
                 .when([Compare::create_revision(key.clone(), CompareOp::Less, 0)])
                 .or_else([TxnOp::get(key, None)]),
         };
-        let resp = self.inner.txn(txn, Resend::No).await?;
+        // A read, or a put where there is none, may go twice: the second copy finds the
+        // first's record and answers it. (Every plain `--store` client reads it first thing,
+        // so this lets that read leave a frozen member; see `conn`.)
+        let resend = match write {
+            TagWrite::Replace => Resend::No,
+            TagWrite::IfAbsent | TagWrite::Read => Resend::Yes,
+        };
+        let resp = self.inner.txn(txn, resend).await?;
         if resp.succeeded() {
             return Ok(tag.to_string());
         }
