@@ -144,9 +144,9 @@ impl Shown<'_> {
         } else {
             out.paint("held", |s| colored::Colorize::red(s))
         };
-        out.line(&format!("{}  {state}", self.name));
+        out.line(&format!("{}  {state}", printable(self.name)));
         if let Some((i, n, label)) = self.on_shard {
-            out.line(&format!("  shard     {i} of {n}: {label}"));
+            out.line(&format!("  shard     {i} of {n}: {}", printable(label)));
         }
         for q in &merged.holders {
             print_holder(out, &q.holder);
