@@ -9,7 +9,7 @@ use serde_json::json;
 use super::waiting::{self, Outcome, Waiting};
 use super::{Ctx, engine_error, millis, mode_json};
 use crate::cli::AcquireArgs;
-use crate::engine::{EngineError, Lease, Wait, previous};
+use crate::engine::{Budget, EngineError, Lease, Wait, previous};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
 use crate::shard::Shards;
@@ -255,10 +255,12 @@ async fn first_granted(
     wait: Wait,
     busy: &tokio::sync::watch::Sender<u32>,
 ) -> (usize, std::result::Result<Lease, EngineError>) {
+    // One budget for every alternative: the race ends by one deadline.
+    let budget = Budget::start(wait);
     let mut racing: FuturesUnordered<_> = reqs
         .iter()
         .enumerate()
-        .map(|(i, r)| async move { (i, shards.acquire_reporting(r, wait, Some(busy)).await) })
+        .map(|(i, r)| async move { (i, shards.acquire_reporting(r, budget, Some(busy)).await) })
         .collect();
     let mut last = None;
     while let Some((i, r)) = racing.next().await {

@@ -18,9 +18,9 @@ pub mod record;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use tokio::time::{Instant, sleep};
+use tokio::time::sleep;
 
-use crate::engine::{Engine, EngineError, Lease, Tally, Wait, timing};
+use crate::engine::{Budget, Engine, EngineError, Lease, Tally, timing};
 use crate::store::url::StoreUrl;
 use crate::store::{Acquire, Outcome, StoreError};
 
@@ -155,42 +155,35 @@ impl Shards {
 
     /// Take the lease for all of `req.names`, as `Engine::acquire_reporting`. Names on
     /// several shards are taken one shard's group after another in canonical order, all or
-    /// none. Holding the earlier groups while waiting for a later one cannot deadlock: every
-    /// client with this list takes groups in the same order, and names within one shard's
-    /// group are granted together. The groups already held are renewed while it waits.
+    /// none, each group's wait within what is left of `budget`. Holding the earlier groups
+    /// while waiting for a later one cannot deadlock: every client with this list takes
+    /// groups in the same order, and names within one shard's group are granted together.
+    /// The groups already held are renewed while it waits.
     pub async fn acquire_reporting(
         &self,
         req: &Acquire,
-        wait: Wait,
+        budget: Budget,
         busy: Option<&tokio::sync::watch::Sender<u32>>,
     ) -> Result<Lease, EngineError> {
         if self.shards.len() == 1 {
             return self.shards[0]
                 .engine
-                .acquire_reporting(req, wait, busy)
+                .acquire_reporting(req, budget, busy)
                 .await;
         }
         let groups = self.groups(&req.names);
         if let [(i, _)] = groups.as_slice() {
             return self.shards[*i]
                 .engine
-                .acquire_reporting(req, wait, busy)
+                .acquire_reporting(req, budget, busy)
                 .await;
         }
-        let give_up_at = match wait {
-            Wait::For(d) => Some(Instant::now() + d),
-            _ => None,
-        };
         'attempt: loop {
             let mut held: Vec<(usize, Lease)> = Vec::with_capacity(groups.len());
             for (i, names) in &groups {
                 let sub = req.part(names);
-                let left = match give_up_at {
-                    Some(g) => Wait::For(g.saturating_duration_since(Instant::now())),
-                    None => wait,
-                };
                 let engine = &self.shards[*i].engine;
-                let mut taking = Box::pin(engine.acquire_reporting(&sub, left, busy));
+                let mut taking = Box::pin(engine.acquire_reporting(&sub, budget, busy));
                 let got = loop {
                     tokio::select! {
                         r = &mut taking => break r,
