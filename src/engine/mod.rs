@@ -15,6 +15,7 @@ mod late;
 mod open;
 mod reach;
 mod reopen;
+pub mod session;
 pub mod timing;
 mod view;
 
@@ -33,6 +34,7 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
+pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
 
 pub use error::{EngineError, NOT_WAITED};

@@ -16,7 +16,6 @@ mod exec;
 mod job;
 mod keeper;
 pub mod orphan;
-pub(crate) mod renew;
 mod settle;
 pub mod signals;
 mod spawn;
@@ -30,10 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{Notify, watch};
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until};
 
-use crate::engine::{Lease, timing};
+use crate::engine::{Health, Lease, Session, timing};
 use crate::events::{self, Events};
 use crate::exit::{Error, Result};
 use crate::output::Output;
@@ -42,7 +40,6 @@ use crate::store::Outcome;
 use crate::sys;
 pub use alarm::Warnings;
 use alarm::{Alarm, State};
-use renew::Health;
 use signals::{FORWARDED, Signals};
 
 /// The `--kill-grace` to use: as given, or the default; it must leave room for renewals.
@@ -110,13 +107,13 @@ pub async fn supervise_with(
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     let terminal = sys::Foreground::ours();
     let program = prepared.program().to_os_string();
-    let job = match prepared.start(&lease, terminal.is_some(), out).await {
+    let mut session = Session::new(shards.clone(), lease);
+    let job = match prepared.start(session.lease(), terminal.is_some(), out).await {
         Ok(job) => job,
         Err(e) => {
             // The job never ran: its successor hears that it failed, with dlock's code.
-            let outcome = Outcome::Failed(Some(i32::from(e.code)));
-            shards
-                .release(&lease.req.names, &lease.req.token, outcome)
+            session
+                .release(Outcome::Failed(Some(i32::from(e.code))))
                 .await;
             return Err(e);
         }
@@ -128,9 +125,12 @@ pub async fn supervise_with(
     }
     out.debug(&format!(
         "started {:?} as pid {} under fence {}",
-        program, job.pgid, lease.grants[0].fence
+        program,
+        job.pgid,
+        session.lease().grants[0].fence
     ));
-    let mut run = Supervised::new(shards, out, lease, job, terminal, grace, limits, events);
+    session.keep_alive(events);
+    let mut run = Supervised::new(session, out, job, terminal, grace, limits, events);
     // On a terminal, the shell's SIGCONT (`fg`, `bg`) resumes the command after dlock stopped
     // itself with it (see `job`).
     let mut conts = match &run.terminal {
@@ -146,10 +146,10 @@ pub async fn supervise_with(
 
 /// One supervised run: the job, the lease, and what has been done to stop it so far.
 struct Supervised<'a> {
-    shards: &'a Arc<Shards>,
+    /// The lease, renewed while the command runs, and released once it has ended.
+    session: Session<Shards>,
     out: &'a Output,
     events: &'a Events,
-    lease: Lease,
     fences: Vec<u64>,
     pgid: u32,
     dog: watchdog::Watchdog,
@@ -158,10 +158,6 @@ struct Supervised<'a> {
     margin: Duration,
     limits: Limits,
     started: Instant,
-    health: watch::Receiver<Health>,
-    renewer: tokio::task::JoinHandle<()>,
-    renew_now: Arc<Notify>,
-    renewer_done: bool,
     /// The last deadline the watchdog was given.
     pushed: Instant,
     term_sent: bool,
@@ -186,9 +182,8 @@ struct Supervised<'a> {
 impl<'a> Supervised<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
-        shards: &'a Arc<Shards>,
+        session: Session<Shards>,
         out: &'a Output,
-        lease: Lease,
         job: spawn::Job,
         terminal: Option<sys::Foreground>,
         grace: Duration,
@@ -196,26 +191,13 @@ impl<'a> Supervised<'a> {
         events: &'a Events,
     ) -> Supervised<'a> {
         let started = Instant::now();
-        let (tx, health) = watch::channel(Health {
-            deadline: lease.deadline,
-            lost: None,
-            trouble: None,
-        });
-        let renew_now = Arc::new(Notify::new());
-        let renewer = tokio::spawn(renew::keep_alive(
-            shards.clone(),
-            lease.clone(),
-            tx,
-            events.clone(),
-            renew_now.clone(),
-        ));
+        let lease = session.lease();
         Supervised {
-            shards,
             out,
             events,
             fences: lease.grants.iter().map(|g| g.fence).collect(),
             pushed: lease.deadline,
-            lease,
+            session,
             pgid: job.pgid,
             dog: job.dog,
             alarm: job.alarm,
@@ -224,10 +206,6 @@ impl<'a> Supervised<'a> {
             margin: margin(grace),
             limits,
             started,
-            health,
-            renewer,
-            renew_now,
-            renewer_done: false,
             term_sent: false,
             kill_sent: false,
             suspended: false,
@@ -238,14 +216,18 @@ impl<'a> Supervised<'a> {
         }
     }
 
+    fn lease(&self) -> &Lease {
+        self.session.lease()
+    }
+
     fn names(&self) -> String {
-        self.lease.req.names.join(", ")
+        self.lease().req.names.join(", ")
     }
 
     fn lost_event(&self, why: &str) {
         self.events.emit(
             "lost",
-            &self.lease.req.names,
+            &self.lease().req.names,
             events::with(events::fences(&self.fences), json!({ "reason": why })),
         )
     }
@@ -258,7 +240,7 @@ impl<'a> Supervised<'a> {
     ) -> std::io::Result<ExitStatus> {
         let never = self.started;
         loop {
-            let health = self.health.borrow().clone();
+            let health = self.session.health();
             if self.follow(&health) {
                 return self.ended().await;
             }
@@ -267,13 +249,11 @@ impl<'a> Supervised<'a> {
                 kill_at = kill_at.min(at);
             }
             let term_at = health.deadline - self.grace;
-            let late_at = alarm::late_at(health.deadline, self.lease.req.ttl);
+            let late_at = alarm::late_at(health.deadline, self.lease().req.ttl);
             tokio::select! {
                 sig = signals.recv() => self.forward(sig),
-                // The renewal task ends only after reporting a loss; then stop listening to it.
-                changed = self.health.changed(), if !self.renewer_done => {
-                    self.renewer_done = changed.is_err();
-                }
+                // The renewer ends only after reporting a loss; then it is heard no more.
+                () = self.session.changed() => {}
                 event = self.dog.event() => match event {
                     watchdog::Event::Stopped => self.suspend().await,
                     watchdog::Event::Lingering(status) => self.lingering(status),
@@ -355,7 +335,7 @@ impl<'a> Supervised<'a> {
         ));
         self.events.emit(
             "lingering",
-            &self.lease.req.names,
+            &self.lease().req.names,
             events::with(
                 events::fences(&self.fences),
                 json!({ "pids": left.iter().map(|(p, _)| p).collect::<Vec<_>>() }),
@@ -490,9 +470,7 @@ impl<'a> Supervised<'a> {
             // Without a terminal nothing changes: whoever stopped it will continue it.
             return;
         };
-        self.renew_now.notify_one();
-        let _ = timeout(self.grace, self.health.changed()).await;
-        let deadline = self.health.borrow().deadline;
+        let deadline = self.session.renew_now(self.grace).await;
         if deadline != self.pushed {
             self.pushed = deadline;
             self.dog.push(deadline);

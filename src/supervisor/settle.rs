@@ -23,7 +23,7 @@ impl Supervised<'_> {
         mut self,
         status: std::io::Result<std::process::ExitStatus>,
     ) -> Result<i32> {
-        self.renewer.abort();
+        self.session.stop();
         // The next holder waits on this release: in a plain ending it comes before anything
         // else (giving back the terminal). A lost or overrun lease has its command's tree
         // killed first (the watchdog ends only when none of it is left), and --hold-min keeps
@@ -31,7 +31,7 @@ impl Supervised<'_> {
         let overran = self.overrun_kill_at.is_some();
         let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
         let early = match plain {
-            true => Some(self.release(outcome(&status, false, false)).await),
+            true => self.release(outcome(&status, false, false)).await,
             false => None,
         };
         // The status may have come from the watchdog's last word: it is exiting; reap it, so
@@ -71,21 +71,24 @@ impl Supervised<'_> {
         {
             // Leave the lease to run out on the store at start + hold-min, not released: no
             // other host (whatever its clock says) runs the job again within that window.
-            hold_until(self.shards, self.out, &self.lease, left, hold).await;
+            hold_until(self.session.keeper(), self.out, self.lease(), left, hold).await;
             let ended = exit_status(status, overran, self.limits);
             // Not released: left to run out on the store at the end of --hold-min.
             self.released(json!({ "expires_in_ms": left.as_millis() as u64 }), &ended);
             return ended;
         }
+        // The session releases once: here unless the plain ending did already.
         let tally = match early {
-            Some(tally) => tally,
+            Some(tally) => Some(tally),
             None => {
                 self.release(outcome(&status, self.lost.is_some(), overran))
                     .await
             }
         };
-        if self.lost.is_none() {
-            self.report_unreleased(&tally);
+        if self.lost.is_none()
+            && let Some(tally) = &tally
+        {
+            self.report_unreleased(tally);
         }
         if self.lost.is_some() {
             // The loss was said when it happened, once; the exit code says the rest.
@@ -93,17 +96,15 @@ impl Supervised<'_> {
         }
         let ended = exit_status(status, overran, self.limits);
         // false: no majority confirmed the release; the lease runs out by its ttl.
-        self.released(
-            json!({ "confirmed": self.shards.confirmed(&tally) }),
-            &ended,
-        );
+        let confirmed = tally.is_some_and(|t| self.session.keeper().confirmed(&t));
+        self.released(json!({ "confirmed": confirmed }), &ended);
         ended
     }
 
-    /// Release the lease, telling the stores how the job ended for its successor.
-    async fn release(&self, outcome: Outcome) -> Tallies {
-        let req = &self.lease.req;
-        self.shards.release(&req.names, &req.token, outcome).await
+    /// Release the lease, telling the stores how the job ended for its successor (None: it
+    /// was released already).
+    async fn release(&mut self, outcome: Outcome) -> Option<Tallies> {
+        self.session.release(outcome).await
     }
 
     /// Say which stores the release did not reach: a store that was down all along is no
@@ -112,7 +113,7 @@ impl Supervised<'_> {
         if tally.errors().next().is_none() {
             return;
         }
-        let report = if self.shards.confirmed(tally) {
+        let report = if self.session.keeper().confirmed(tally) {
             Output::debug
         } else {
             Output::warn
@@ -132,7 +133,7 @@ impl Supervised<'_> {
         let code = json!({ "exit_code": ended_code(ended) });
         self.events.emit(
             "released",
-            &self.lease.req.names,
+            &self.lease().req.names,
             events::with(events::fences(&self.fences), events::with(code, what)),
         )
     }
