@@ -12,9 +12,7 @@
 //! whole tree: SIGTERM to all of it at once, SIGKILL one kill grace later, before the deadline.
 
 mod alarm;
-mod exec;
 mod job;
-mod keeper;
 pub mod orphan;
 mod settle;
 pub mod signals;
@@ -449,7 +447,8 @@ impl<'a> Supervised<'a> {
     /// SIGTERM to the command's group (continued, if stopped), and through the watchdog to
     /// the rest of its tree.
     fn terminate(&mut self) {
-        // The watchdog hears of it first: the command's end then finds it told (see `keeper`).
+        // The watchdog hears of it first: the command's end then finds it told (see
+        // `watchdog::process`).
         self.dog.terminated();
         let _ = sys::kill_group(self.pgid, libc::SIGTERM);
         let _ = sys::kill_group(self.pgid, libc::SIGCONT);
