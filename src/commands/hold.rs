@@ -42,8 +42,15 @@ pub async fn hold_and_run(
 ) -> Result<i32> {
     timing.start();
     let names = lease.req.names.clone();
-    let supervised =
-        supervisor::supervise_with(&ctx.shards, &ctx.out, lease, prepared, grace, limits, events);
+    let supervised = supervisor::supervise_with(
+        &ctx.shards,
+        &ctx.out,
+        lease,
+        prepared,
+        grace,
+        limits,
+        events,
+    );
     tokio::select! {
         r = supervised => r,
         // A store going away and coming back while the command runs.

@@ -47,7 +47,5 @@ fn all_or_none_on_the_file_store() {
 /// command runs, as `run` does: the two share one path.
 #[test]
 fn multilock_tells_of_an_outage_while_its_command_runs() {
-    crate::store_life::a_holder_tells_of_an_outage_while_its_command_runs(&[
-        "multilock", "a", "b",
-    ]);
+    crate::store_life::a_holder_tells_of_an_outage_while_its_command_runs(&["multilock", "a", "b"]);
 }

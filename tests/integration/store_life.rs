@@ -224,7 +224,9 @@ pub(crate) fn a_holder_tells_of_an_outage_while_its_command_runs(args: &[&str]) 
     );
     let log_arg = log.display().to_string();
     let mut full = args.to_vec();
-    full.extend(["--ttl", "10s", "--events", &log_arg, "--", "sh", "-c", &script]);
+    full.extend([
+        "--ttl", "10s", "--events", &log_arg, "--", "sh", "-c", &script,
+    ]);
     let holder = env.spawn(&full);
     assert!(
         wait_for(Duration::from_secs(10), || held.exists()),
@@ -232,13 +234,15 @@ pub(crate) fn a_holder_tells_of_an_outage_while_its_command_runs(args: &[&str]) 
     );
     redis.kill();
     assert!(
-        wait_for(Duration::from_secs(20), || event(&log, "store-unreachable").is_some()),
+        wait_for(Duration::from_secs(20), || event(&log, "store-unreachable")
+            .is_some()),
         "no store-unreachable event: {:?}",
         events(&log)
     );
     redis.start_again();
     assert!(
-        wait_for(Duration::from_secs(20), || event(&log, "store-back").is_some()),
+        wait_for(Duration::from_secs(20), || event(&log, "store-back")
+            .is_some()),
         "no store-back event: {:?}",
         events(&log)
     );

@@ -104,9 +104,7 @@ impl Launch {
         sh_argv.push(path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()));
         sh_argv.extend_from_slice(&argv[1..]);
         let env: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| {
-                k != RELEASE_VAR && !LEASE_VARS.iter().any(|v| k == v)
-            })
+            .filter(|(k, _)| k != RELEASE_VAR && !LEASE_VARS.iter().any(|v| k == v))
             .map(|(k, v)| {
                 let mut b = k.as_bytes().to_vec();
                 b.push(b'=');

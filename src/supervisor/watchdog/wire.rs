@@ -90,7 +90,12 @@ fn fields(f: &Frame) -> (u16, u16, u32, u64) {
     let flag = u16::from_ne_bytes(two);
     four.copy_from_slice(&f[4..8]);
     eight.copy_from_slice(&f[8..16]);
-    (kind, flag, u32::from_ne_bytes(four), u64::from_ne_bytes(eight))
+    (
+        kind,
+        flag,
+        u32::from_ne_bytes(four),
+        u64::from_ne_bytes(eight),
+    )
 }
 
 impl Order {
