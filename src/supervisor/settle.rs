@@ -28,8 +28,8 @@ impl Supervised<'_> {
         // else (giving back the terminal). A lost or overrun lease has its command's tree
         // killed first (the watchdog ends only when none of it is left), and --hold-min keeps
         // the lease.
-        let overran = self.overrun_kill_at.is_some();
-        let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
+        let overran = self.stop.overran();
+        let plain = self.stop.lost().is_none() && !overran && self.limits.hold_min.is_none();
         let early = match plain {
             true => self.release(outcome(&status, false, false)).await,
             false => None,
@@ -38,33 +38,12 @@ impl Supervised<'_> {
         // that dlock never ends before its watchdog.
         self.dog.reap().await;
         drop(self.terminal.take());
-        if self.dog.fired() && self.lost.is_none() {
-            // dlock could not act in time (it was stopped or starved) and the watchdog
-            // stopped the command at the deadline: the lease is gone as surely as if we had
-            // seen it go.
-            let why = match self.suspended {
-                // Ctrl-Z stopped dlock with the job: the user's pause outlived the lease.
-                true => format!(
-                    "the lease on {} ran out while the job was suspended (Ctrl-Z); the \
-                     watchdog stopped the command then",
-                    self.names()
-                ),
-                false => format!(
-                    "the lease on {} ran out while dlock could not renew it (was dlock \
-                     stopped?); the watchdog stopped the command",
-                    self.names()
-                ),
-            };
-            self.out.error(&why);
-            self.lost_event(&why);
-            self.alarm.lost(self.pushed, &why, None, self.out);
-            self.lost = Some(why);
-        }
-        if self.lost.is_some() || overran {
+        self.note_fired();
+        if self.stop.lost().is_some() || overran {
             // Whatever the child left running in its group must not outlive the lease either.
             let _ = sys::kill_group(self.pgid, libc::SIGKILL);
         }
-        if self.lost.is_none()
+        if self.stop.lost().is_none()
             && let Some(hold) = self.limits.hold_min
             && let Some(left) = (self.started + hold).checked_duration_since(Instant::now())
             && !left.is_zero()
@@ -81,16 +60,16 @@ impl Supervised<'_> {
         let tally = match early {
             Some(tally) => Some(tally),
             None => {
-                self.release(outcome(&status, self.lost.is_some(), overran))
+                self.release(outcome(&status, self.stop.lost().is_some(), overran))
                     .await
             }
         };
-        if self.lost.is_none()
+        if self.stop.lost().is_none()
             && let Some(tally) = &tally
         {
             self.report_unreleased(tally);
         }
-        if self.lost.is_some() {
+        if self.stop.lost().is_some() {
             // The loss was said when it happened, once; the exit code says the rest.
             return Err(Error::new(ExitCode::LockLost, ""));
         }
@@ -99,6 +78,34 @@ impl Supervised<'_> {
         let confirmed = tally.is_some_and(|t| self.session.keeper().confirmed(&t));
         self.released(json!({ "confirmed": confirmed }), &ended);
         ended
+    }
+
+    /// The watchdog stopped the command for the deadline and dlock had not seen the lease go:
+    /// say it is lost now.
+    fn note_fired(&mut self) {
+        if !self.dog.fired() || self.stop.lost().is_some() {
+            return;
+        }
+        // dlock could not act in time (it was stopped or starved) and the watchdog
+        // stopped the command at the deadline: the lease is gone as surely as if we had
+        // seen it go.
+        let why = match self.suspended {
+            // Ctrl-Z stopped dlock with the job: the user's pause outlived the lease.
+            true => format!(
+                "the lease on {} ran out while the job was suspended (Ctrl-Z); the \
+                 watchdog stopped the command then",
+                self.names()
+            ),
+            false => format!(
+                "the lease on {} ran out while dlock could not renew it (was dlock \
+                 stopped?); the watchdog stopped the command",
+                self.names()
+            ),
+        };
+        self.out.error(&why);
+        self.lost_event(&why);
+        self.alarm.lost(self.pushed, &why, None, self.out);
+        self.stop.lose(&why);
     }
 
     /// Release the lease, telling the stores how the job ended for its successor (None: it
