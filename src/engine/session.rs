@@ -263,3 +263,76 @@ async fn renew_loop<K: Keeper>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::time::sleep;
+
+    use super::Session;
+    use crate::engine::{Engine, Wait};
+    use crate::events::Events;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{Acquire, Mode, Outcome, Store};
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    /// One engine over three in-memory stores, and a request for `job`.
+    fn engine() -> (Engine, Vec<MemoryStore>, Acquire) {
+        let m: Vec<MemoryStore> = (0..3).map(|i| MemoryStore::new(format!("m{i}"))).collect();
+        let dyns = m
+            .iter()
+            .map(|s| Arc::new(s.clone()) as Arc<dyn Store>)
+            .collect();
+        let req = Acquire {
+            names: vec!["job".into()],
+            token: crate::names::new_token(),
+            modes: vec![Mode::Exclusive],
+            ttl: TTL,
+            meta: "{}".into(),
+            detached: false,
+        };
+        (Engine::from_stores(dyns, Duration::from_secs(1)), m, req)
+    }
+
+    async fn held(m: &[MemoryStore]) -> usize {
+        let mut n = 0;
+        for s in m {
+            n += s.inspect("job").await.unwrap().holders.len();
+        }
+        n
+    }
+
+    /// Kept alive, the lease outlives its ttl many times over; once the session is dropped
+    /// (an early return), nobody renews it and it runs out.
+    #[tokio::test(start_paused = true)]
+    async fn a_session_renews_until_it_is_dropped() {
+        let (e, m, req) = engine();
+        let lease = e.acquire(&req, Wait::No).await.unwrap();
+        let mut session = Session::new(Arc::new(e), lease);
+        session.keep_alive(&Events::default());
+        sleep(TTL * 4).await;
+        assert_eq!(held(&m).await, 3, "renewed while held");
+        assert!(session.health().lost.is_none());
+        drop(session);
+        sleep(TTL * 2).await;
+        assert_eq!(held(&m).await, 0, "a dropped session renewed on");
+    }
+
+    /// The lease is given back once, whatever asks again; the renewer stops with it.
+    #[tokio::test(start_paused = true)]
+    async fn a_session_releases_once() {
+        let (e, m, req) = engine();
+        let lease = e.acquire(&req, Wait::No).await.unwrap();
+        let mut session = Session::new(Arc::new(e), lease);
+        session.keep_alive(&Events::default());
+        let first = session.release(Outcome::Released).await;
+        assert_eq!(first.map(|t| t.yes), Some(3));
+        assert!(session.release(Outcome::Failed(Some(1))).await.is_none());
+        assert_eq!(held(&m).await, 0);
+        sleep(TTL * 2).await;
+        assert_eq!(held(&m).await, 0, "renewed after the release");
+    }
+}
