@@ -16,7 +16,8 @@ pub enum Stop {
     /// `--max-runtime` was reached: SIGTERM sent, SIGKILL due at `kill_at` (one kill grace
     /// later), unless `killed` already.
     Overran { kill_at: Instant, killed: bool },
-    /// The lease is being lost (`why`, said once): SIGTERM sent, SIGKILL due before the
+    /// The lease is being lost (`why`, said once): SIGTERM sent (unless the command had
+    /// ended, or the watchdog had stopped it, by the time dlock heard), SIGKILL due before the
     /// deadline, or at `gone_kill_at` once the store has said the lease is gone (someone else
     /// may be inside already, so the kill grace runs from that answer; kept, not recomputed,
     /// so that a signal forwarded meanwhile does not put it off). `overrun_kill_at`: when
