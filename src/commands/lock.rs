@@ -59,13 +59,7 @@ async fn hold(
     if let Some(r) = renewer
         && let Err(e) = r.hand_over(lease)
     {
-        ctx.shards
-            .release(
-                &lease.req.names,
-                &lease.req.token,
-                crate::store::Outcome::Withdrawn,
-            )
-            .await;
+        withdraw(ctx, lease).await;
         return Err(e);
     }
     let printed = hand_over(ctx, lease).await;
@@ -84,10 +78,7 @@ pub async fn hand_over(ctx: &Ctx, lease: &Lease) -> Result<i32> {
         return Ok(0);
     };
     let names = &lease.req.names;
-    // No job ran under it: the next holder is told of the holder before, as it was.
-    ctx.shards
-        .release(names, &lease.req.token, crate::store::Outcome::Withdrawn)
-        .await;
+    withdraw(ctx, lease).await;
     Err(Error::new(
         ExitCode::IoError,
         format!(
@@ -95,6 +86,13 @@ pub async fn hand_over(ctx: &Ctx, lease: &Lease) -> Result<i32> {
             crate::output::printable(&names.join(", "))
         ),
     ))
+}
+
+/// Give back a lease no job ran under: the next holder is told of the holder before, as it
+/// was.
+async fn withdraw(ctx: &Ctx, lease: &Lease) {
+    let mut session = crate::engine::Session::new(ctx.shards.clone(), lease.clone());
+    session.release(crate::store::Outcome::Withdrawn).await;
 }
 
 /// The token on stdout (it is all a script captures); the rest as JSON or a terminal notice.

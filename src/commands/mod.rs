@@ -8,6 +8,7 @@ mod clock;
 pub mod completions;
 pub mod doctor;
 pub mod extend;
+mod hold;
 pub mod inspect;
 pub mod keepalive;
 pub mod list;

@@ -3,7 +3,7 @@
 //! given plainly are taken exclusively, those after `--shared` shared, in the same grant.
 
 use super::Ctx;
-use super::{acquire_with, holder_request};
+use super::{acquire_with, hold, holder_request};
 use crate::cli::MultilockArgs;
 use crate::events::Events;
 use crate::exit::{Error, Result};
@@ -36,16 +36,13 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         // The watchdog is forked before the wait, not between the grant and the command.
         let prepared = match detached {
             true => None,
-            false => Some(
-                supervisor::prepare(
-                    &args.command,
-                    &req.names,
-                    grace,
-                    args.supervise.leave_running,
-                )?
-                .with_store_id(ctx.shards.store_id())
-                .with_warnings(super::warnings(&args.supervise)),
-            ),
+            false => Some(hold::prepare(
+                ctx,
+                &args.command,
+                &req.names,
+                grace,
+                &args.supervise,
+            )?),
         };
         let lease = timing
             .wait_on(acquire_with(ctx, &req, &args.acquire, &events))
@@ -53,17 +50,8 @@ pub async fn run(args: MultilockArgs, ctx: &Ctx) -> Result<i32> {
         let Some(prepared) = prepared else {
             return super::lock::hand_over(ctx, &lease).await;
         };
-        timing.start();
-        supervisor::supervise_with(
-            &ctx.shards,
-            &ctx.out,
-            lease,
-            prepared,
-            grace,
-            supervisor::Limits::default(),
-            &events,
-        )
-        .await
+        let limits = supervisor::Limits::default();
+        hold::hold_and_run(ctx, lease, prepared, grace, limits, &events, &mut timing).await
     }
     .await;
     events.finish();

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use super::Ctx;
-use super::{acquire_any, holder_request, mode};
+use super::{acquire_any, hold, holder_request, mode};
 use crate::cli::RunArgs;
 use crate::events::Events;
 use crate::exit::{Error, Result};
@@ -63,29 +63,12 @@ pub async fn run(args: RunArgs, ctx: &Ctx) -> Result<i32> {
     let mut timing = super::Timing::default();
     let ended = async {
         // The watchdog is forked now, not between the grant and the command.
-        let prepared = supervisor::prepare(&command, &names, grace, args.supervise.leave_running)?
-            .with_store_id(ctx.shards.store_id())
-            .with_warnings(super::warnings(&args.supervise));
+        let prepared = hold::prepare(ctx, &command, &names, grace, &args.supervise)?;
         let lease = timing
             .wait_on(acquire_any(ctx, &reqs, &args.acquire, &events))
             .await?;
-        timing.start();
         names = lease.req.names.clone();
-        tokio::select! {
-            r = supervisor::supervise_with(
-                &ctx.shards,
-                &ctx.out,
-                lease,
-                prepared,
-                grace,
-                limits,
-                &events,
-            ) => r,
-            // A store going away and coming back while the command runs.
-            never = super::waiting::follow_reach(&ctx.shards, &names, &events, &ctx.out, true) => {
-                match never {}
-            }
-        }
+        hold::hold_and_run(ctx, lease, prepared, grace, limits, &events, &mut timing).await
     }
     .await;
     events.finish();

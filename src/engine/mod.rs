@@ -15,6 +15,7 @@ mod late;
 mod open;
 mod reach;
 mod reopen;
+pub mod session;
 mod take;
 pub mod timing;
 mod view;
@@ -34,6 +35,7 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
+pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
 pub use wait::Budget;
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::sleep;
 
-use crate::engine::{Budget, Engine, EngineError, Lease, Tally, timing};
+use crate::engine::{Budget, Engine, EngineError, Keeper, Lease, Tally, timing};
 use crate::store::url::StoreUrl;
 use crate::store::{Acquire, Outcome, StoreError};
 
@@ -353,4 +353,17 @@ fn split(lease: &Lease, groups: Vec<(usize, Vec<String>)>) -> Vec<(usize, Lease)
             )
         })
         .collect()
+}
+
+/// A lease over the shards is renewed and released through the router (see `Session`).
+impl Keeper for Shards {
+    type Released = Tallies;
+
+    async fn renew(&self, lease: &mut Lease) -> Result<(), EngineError> {
+        Shards::renew(self, lease).await
+    }
+
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
+        Shards::release(self, names, token, outcome).await
+    }
 }

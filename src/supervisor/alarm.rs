@@ -171,7 +171,7 @@ impl Alarm {
         }
         // dlock's own lease variables (a dlock inside another's job) are not the hook's; the
         // rest of the environment (DLOCK_STORE, DLOCK_NAMESPACE) is, so it can call dlock.
-        for k in super::spawn::LEASE_VARS {
+        for k in super::watchdog::exec::LEASE_VARS {
             c.env_remove(k);
         }
         c.envs(self.on_lost_env(why));

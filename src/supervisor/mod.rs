@@ -12,14 +12,12 @@
 //! whole tree: SIGTERM to all of it at once, SIGKILL one kill grace later, before the deadline.
 
 mod alarm;
-mod exec;
 mod job;
-mod keeper;
 pub mod orphan;
-pub(crate) mod renew;
 mod settle;
 pub mod signals;
 mod spawn;
+mod stop;
 mod tree;
 pub mod watchdog;
 
@@ -30,10 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{Notify, watch};
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until};
 
-use crate::engine::{Lease, timing};
+use crate::engine::{Health, Lease, Session, timing};
 use crate::events::{self, Events};
 use crate::exit::{Error, Result};
 use crate::output::Output;
@@ -42,8 +39,8 @@ use crate::store::Outcome;
 use crate::sys;
 pub use alarm::Warnings;
 use alarm::{Alarm, State};
-use renew::Health;
 use signals::{FORWARDED, Signals};
+use stop::Stop;
 
 /// The `--kill-grace` to use: as given, or the default; it must leave room for renewals.
 pub fn kill_grace(given: Option<Duration>, ttl: Duration) -> Result<Duration> {
@@ -110,13 +107,16 @@ pub async fn supervise_with(
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
     let terminal = sys::Foreground::ours();
     let program = prepared.program().to_os_string();
-    let job = match prepared.start(&lease, terminal.is_some(), out).await {
+    let mut session = Session::new(shards.clone(), lease);
+    let job = match prepared
+        .start(session.lease(), terminal.is_some(), out)
+        .await
+    {
         Ok(job) => job,
         Err(e) => {
             // The job never ran: its successor hears that it failed, with dlock's code.
-            let outcome = Outcome::Failed(Some(i32::from(e.code)));
-            shards
-                .release(&lease.req.names, &lease.req.token, outcome)
+            session
+                .release(Outcome::Failed(Some(i32::from(e.code))))
                 .await;
             return Err(e);
         }
@@ -128,9 +128,12 @@ pub async fn supervise_with(
     }
     out.debug(&format!(
         "started {:?} as pid {} under fence {}",
-        program, job.pgid, lease.grants[0].fence
+        program,
+        job.pgid,
+        session.lease().grants[0].fence
     ));
-    let mut run = Supervised::new(shards, out, lease, job, terminal, grace, limits, events);
+    session.keep_alive(events);
+    let mut run = Supervised::new(session, out, job, terminal, grace, limits, events);
     // On a terminal, the shell's SIGCONT (`fg`, `bg`) resumes the command after dlock stopped
     // itself with it (see `job`).
     let mut conts = match &run.terminal {
@@ -146,37 +149,36 @@ pub async fn supervise_with(
 
 /// One supervised run: the job, the lease, and what has been done to stop it so far.
 struct Supervised<'a> {
-    shards: &'a Arc<Shards>,
+    /// The lease, renewed while the command runs, and released once it has ended.
+    session: Session<Shards>,
+    /// Where errors, warnings and `-v` lines go.
     out: &'a Output,
+    /// `--events`: a loss, lingering processes, the release.
     events: &'a Events,
-    lease: Lease,
+    /// The lease's fences, for every event (kept: the lease is the session's).
     fences: Vec<u64>,
+    /// The command's process group (its pid), which dlock signals.
     pgid: u32,
+    /// dlock's end of the watchdog, which reports the command's life and stops the rest of
+    /// its tree.
     dog: watchdog::Watchdog,
+    /// The terminal, when dlock had it: given to the command, taken back on Ctrl-Z.
     terminal: Option<sys::Foreground>,
+    /// `--kill-grace`: SIGTERM this long before the deadline, SIGKILL this long after it.
     grace: Duration,
+    /// How long before the deadline the SIGKILL goes at the latest (see `margin`).
     margin: Duration,
+    /// `--hold-min` and `--max-runtime`.
     limits: Limits,
+    /// When the command started: `--max-runtime` and `--hold-min` count from it.
     started: Instant,
-    health: watch::Receiver<Health>,
-    renewer: tokio::task::JoinHandle<()>,
-    renew_now: Arc<Notify>,
-    renewer_done: bool,
-    /// The last deadline the watchdog was given.
+    /// The last deadline the watchdog was given (a renewal moves it; only a change is sent).
     pushed: Instant,
-    term_sent: bool,
-    kill_sent: bool,
     /// The user suspended the job (Ctrl-Z) at least once: a lease that ran out meanwhile
     /// ran out because of that, not because dlock failed.
     suspended: bool,
-    lost: Option<String>,
-    /// Once the store has said the lease is gone: when the SIGKILL is due. Someone else may
-    /// be inside already, so the kill grace runs from that answer, not from the old deadline;
-    /// kept, not recomputed, so that a signal forwarded meanwhile does not put it off.
-    gone_kill_at: Option<Instant>,
-    /// `--max-runtime`: when to send SIGTERM, then (once sent) when to send SIGKILL.
-    stop_at: Option<Instant>,
-    overrun_kill_at: Option<Instant>,
+    /// What has been done to stop the command (see `stop`); it only goes forward.
+    stop: Stop,
     /// Whether the lease is held, late or lost, as the job is told it (the lease file, the
     /// `renew-late` event, `--warn-signal`, `--on-lost`): its own state beside the stop's,
     /// since it moves back and forth (late, then renewed) where the stop only goes forward.
@@ -186,9 +188,8 @@ struct Supervised<'a> {
 impl<'a> Supervised<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
-        shards: &'a Arc<Shards>,
+        session: Session<Shards>,
         out: &'a Output,
-        lease: Lease,
         job: spawn::Job,
         terminal: Option<sys::Foreground>,
         grace: Duration,
@@ -196,26 +197,13 @@ impl<'a> Supervised<'a> {
         events: &'a Events,
     ) -> Supervised<'a> {
         let started = Instant::now();
-        let (tx, health) = watch::channel(Health {
-            deadline: lease.deadline,
-            lost: None,
-            trouble: None,
-        });
-        let renew_now = Arc::new(Notify::new());
-        let renewer = tokio::spawn(renew::keep_alive(
-            shards.clone(),
-            lease.clone(),
-            tx,
-            events.clone(),
-            renew_now.clone(),
-        ));
+        let lease = session.lease();
         Supervised {
-            shards,
             out,
             events,
             fences: lease.grants.iter().map(|g| g.fence).collect(),
             pushed: lease.deadline,
-            lease,
+            session,
             pgid: job.pgid,
             dog: job.dog,
             alarm: job.alarm,
@@ -224,28 +212,28 @@ impl<'a> Supervised<'a> {
             margin: margin(grace),
             limits,
             started,
-            health,
-            renewer,
-            renew_now,
-            renewer_done: false,
-            term_sent: false,
-            kill_sent: false,
             suspended: false,
-            lost: None,
-            gone_kill_at: None,
-            stop_at: limits.max_runtime.map(|d| started + d),
-            overrun_kill_at: None,
+            stop: Stop::Running,
         }
     }
 
+    /// `--max-runtime`: when the command gets SIGTERM for running too long.
+    fn stop_at(&self) -> Option<Instant> {
+        self.limits.max_runtime.map(|d| self.started + d)
+    }
+
+    fn lease(&self) -> &Lease {
+        self.session.lease()
+    }
+
     fn names(&self) -> String {
-        self.lease.req.names.join(", ")
+        self.lease().req.names.join(", ")
     }
 
     fn lost_event(&self, why: &str) {
         self.events.emit(
             "lost",
-            &self.lease.req.names,
+            &self.lease().req.names,
             events::with(events::fences(&self.fences), json!({ "reason": why })),
         )
     }
@@ -258,22 +246,19 @@ impl<'a> Supervised<'a> {
     ) -> std::io::Result<ExitStatus> {
         let never = self.started;
         loop {
-            let health = self.health.borrow().clone();
+            let health = self.session.health();
             if self.follow(&health) {
                 return self.ended().await;
             }
-            let mut kill_at = health.deadline - self.margin;
-            if let Some(at) = self.gone_kill_at {
-                kill_at = kill_at.min(at);
-            }
+            let kill_at = self.stop.lost_kill_at(health.deadline - self.margin);
+            let overrun_kill_at = self.stop.overrun_kill_at();
+            let stop_at = self.stop_at();
             let term_at = health.deadline - self.grace;
-            let late_at = alarm::late_at(health.deadline, self.lease.req.ttl);
+            let late_at = alarm::late_at(health.deadline, self.lease().req.ttl);
             tokio::select! {
                 sig = signals.recv() => self.forward(sig),
-                // The renewal task ends only after reporting a loss; then stop listening to it.
-                changed = self.health.changed(), if !self.renewer_done => {
-                    self.renewer_done = changed.is_err();
-                }
+                // The renewer ends only after reporting a loss; then it is heard no more.
+                () = self.session.changed() => {}
                 event = self.dog.event() => match event {
                     watchdog::Event::Stopped => self.suspend().await,
                     watchdog::Event::Lingering(status) => self.lingering(status),
@@ -285,7 +270,7 @@ impl<'a> Supervised<'a> {
                         job::resume(t, self.pgid);
                     }
                 }
-                _ = sleep_until(term_at), if !self.term_sent => {
+                _ = sleep_until(term_at), if !self.stop.losing() => {
                     // A dlock stopped (SIGSTOP) past the deadline wakes after the watchdog
                     // has stopped the command: claim no signal that is not sent.
                     if self.already_over() {
@@ -293,17 +278,16 @@ impl<'a> Supervised<'a> {
                     }
                     self.unrenewed(&health);
                 }
-                _ = sleep_until(late_at), if self.alarm.state() == State::Held && !self.term_sent => {
+                _ = sleep_until(late_at), if self.alarm.state() == State::Held && !self.stop.losing() => {
                     self.alarm.late(health.deadline, None, self.events);
                 }
-                _ = sleep_until(self.stop_at.unwrap_or(never)),
-                    if self.stop_at.is_some() && self.overrun_kill_at.is_none() => self.overrun(),
-                _ = sleep_until(self.overrun_kill_at.unwrap_or(never)),
-                    if self.overrun_kill_at.is_some() && !self.kill_sent => {
+                _ = sleep_until(stop_at.unwrap_or(never)),
+                    if stop_at.is_some() && self.stop.may_overrun() => self.overrun(),
+                _ = sleep_until(overrun_kill_at.unwrap_or(never)), if overrun_kill_at.is_some() => {
                     self.out.debug("the command did not stop within --kill-grace; sending SIGKILL");
                     self.kill();
                 }
-                _ = sleep_until(kill_at), if self.term_sent && !self.kill_sent => {
+                _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() => {
                     if self.already_over() {
                         return self.ended().await;
                     }
@@ -355,7 +339,7 @@ impl<'a> Supervised<'a> {
         ));
         self.events.emit(
             "lingering",
-            &self.lease.req.names,
+            &self.lease().req.names,
             events::with(
                 events::fences(&self.fences),
                 json!({ "pids": left.iter().map(|(p, _)| p).collect::<Vec<_>>() }),
@@ -396,16 +380,16 @@ impl<'a> Supervised<'a> {
             self.alarm.follow(health.deadline, trouble, self.events);
             return false;
         };
-        if self.gone_kill_at.is_some() {
+        if self.stop.gone_kill_at().is_some() {
             return false;
         }
         let at = (health.deadline - self.margin).min(Instant::now() + self.grace);
-        self.gone_kill_at = Some(at);
+        let first = self.stop.lost().is_none();
+        self.stop.gone(why, at);
         // The watchdog kills `margin / 2` before the deadline it is given: this one puts its
         // SIGKILL just after dlock's own, for a dlock stopped from now on.
         self.dog.push((at + self.margin).min(health.deadline));
-        if self.lost.is_none() {
-            self.lost = Some(why.clone());
+        if first {
             self.lost_event(why);
             // A dlock stopped past the deadline may hear of the loss after the watchdog has
             // stopped the command: say so, not that it stops it now.
@@ -427,7 +411,6 @@ impl<'a> Supervised<'a> {
             self.alarm
                 .lost(health.deadline, why, Some(self.pgid), self.out);
             self.terminate();
-            self.term_sent = true;
         }
         false
     }
@@ -446,14 +429,13 @@ impl<'a> Supervised<'a> {
         );
         self.out
             .error(&format!("{why}; sending SIGTERM to the command"));
-        if self.lost.is_none() {
+        if self.stop.lost().is_none() {
             self.lost_event(&why);
         }
         self.alarm
             .lost(health.deadline, &why, Some(self.pgid), self.out);
         self.terminate();
-        self.term_sent = true;
-        self.lost.get_or_insert(why);
+        self.stop.lose(&why);
     }
 
     /// `--max-runtime` reached.
@@ -463,13 +445,14 @@ impl<'a> Supervised<'a> {
             humantime::format_duration(self.limits.max_runtime.unwrap_or_default())
         ));
         self.terminate();
-        self.overrun_kill_at = Some(Instant::now() + self.grace);
+        self.stop.overrun(Instant::now() + self.grace);
     }
 
     /// SIGTERM to the command's group (continued, if stopped), and through the watchdog to
     /// the rest of its tree.
     fn terminate(&mut self) {
-        // The watchdog hears of it first: the command's end then finds it told (see `keeper`).
+        // The watchdog hears of it first: the command's end then finds it told (see
+        // `watchdog::process`).
         self.dog.terminated();
         let _ = sys::kill_group(self.pgid, libc::SIGTERM);
         let _ = sys::kill_group(self.pgid, libc::SIGCONT);
@@ -479,7 +462,7 @@ impl<'a> Supervised<'a> {
     fn kill(&mut self) {
         self.dog.kill();
         let _ = sys::kill_group(self.pgid, libc::SIGKILL);
-        self.kill_sent = true;
+        self.stop.killed_now();
     }
 
     /// The command was stopped (Ctrl-Z). On a terminal, the whole job stops: renew once, so
@@ -490,9 +473,7 @@ impl<'a> Supervised<'a> {
             // Without a terminal nothing changes: whoever stopped it will continue it.
             return;
         };
-        self.renew_now.notify_one();
-        let _ = timeout(self.grace, self.health.changed()).await;
-        let deadline = self.health.borrow().deadline;
+        let deadline = self.session.renew_now(self.grace).await;
         if deadline != self.pushed {
             self.pushed = deadline;
             self.dog.push(deadline);

@@ -5,7 +5,7 @@
 //! instead of a ttl later. The stores, namespace and shards come from the same command line
 //! and environment as the dead dlock's; the names and the token from the job's variables.
 
-use super::exec::RELEASE_VAR;
+use super::watchdog::exec::RELEASE_VAR;
 use crate::shard::Shards;
 use crate::store::Outcome;
 

@@ -23,87 +23,95 @@ impl Supervised<'_> {
         mut self,
         status: std::io::Result<std::process::ExitStatus>,
     ) -> Result<i32> {
-        self.renewer.abort();
+        self.session.stop();
         // The next holder waits on this release: in a plain ending it comes before anything
         // else (giving back the terminal). A lost or overrun lease has its command's tree
         // killed first (the watchdog ends only when none of it is left), and --hold-min keeps
         // the lease.
-        let overran = self.overrun_kill_at.is_some();
-        let plain = self.lost.is_none() && !overran && self.limits.hold_min.is_none();
+        let overran = self.stop.overran();
+        let plain = self.stop.lost().is_none() && !overran && self.limits.hold_min.is_none();
         let early = match plain {
-            true => Some(self.release(outcome(&status, false, false)).await),
+            true => self.release(outcome(&status, false, false)).await,
             false => None,
         };
         // The status may have come from the watchdog's last word: it is exiting; reap it, so
         // that dlock never ends before its watchdog.
         self.dog.reap().await;
         drop(self.terminal.take());
-        if self.dog.fired() && self.lost.is_none() {
-            // dlock could not act in time (it was stopped or starved) and the watchdog
-            // stopped the command at the deadline: the lease is gone as surely as if we had
-            // seen it go.
-            let why = match self.suspended {
-                // Ctrl-Z stopped dlock with the job: the user's pause outlived the lease.
-                true => format!(
-                    "the lease on {} ran out while the job was suspended (Ctrl-Z); the \
-                     watchdog stopped the command then",
-                    self.names()
-                ),
-                false => format!(
-                    "the lease on {} ran out while dlock could not renew it (was dlock \
-                     stopped?); the watchdog stopped the command",
-                    self.names()
-                ),
-            };
-            self.out.error(&why);
-            self.lost_event(&why);
-            self.alarm.lost(self.pushed, &why, None, self.out);
-            self.lost = Some(why);
-        }
-        if self.lost.is_some() || overran {
+        self.note_fired();
+        if self.stop.lost().is_some() || overran {
             // Whatever the child left running in its group must not outlive the lease either.
             let _ = sys::kill_group(self.pgid, libc::SIGKILL);
         }
-        if self.lost.is_none()
+        if self.stop.lost().is_none()
             && let Some(hold) = self.limits.hold_min
             && let Some(left) = (self.started + hold).checked_duration_since(Instant::now())
             && !left.is_zero()
         {
             // Leave the lease to run out on the store at start + hold-min, not released: no
             // other host (whatever its clock says) runs the job again within that window.
-            hold_until(self.shards, self.out, &self.lease, left, hold).await;
+            hold_until(self.session.keeper(), self.out, self.lease(), left, hold).await;
             let ended = exit_status(status, overran, self.limits);
             // Not released: left to run out on the store at the end of --hold-min.
             self.released(json!({ "expires_in_ms": left.as_millis() as u64 }), &ended);
             return ended;
         }
+        // The session releases once: here unless the plain ending did already.
         let tally = match early {
-            Some(tally) => tally,
+            Some(tally) => Some(tally),
             None => {
-                self.release(outcome(&status, self.lost.is_some(), overran))
+                self.release(outcome(&status, self.stop.lost().is_some(), overran))
                     .await
             }
         };
-        if self.lost.is_none() {
-            self.report_unreleased(&tally);
+        if self.stop.lost().is_none()
+            && let Some(tally) = &tally
+        {
+            self.report_unreleased(tally);
         }
-        if self.lost.is_some() {
+        if self.stop.lost().is_some() {
             // The loss was said when it happened, once; the exit code says the rest.
             return Err(Error::new(ExitCode::LockLost, ""));
         }
         let ended = exit_status(status, overran, self.limits);
         // false: no majority confirmed the release; the lease runs out by its ttl.
-        self.released(
-            json!({ "confirmed": self.shards.confirmed(&tally) }),
-            &ended,
-        );
+        let confirmed = tally.is_some_and(|t| self.session.keeper().confirmed(&t));
+        self.released(json!({ "confirmed": confirmed }), &ended);
         ended
     }
 
-    /// Release the lease, telling the stores how the job ended for its successor.
-    async fn release(&self, outcome: Outcome) -> Tallies {
-        let req = &self.lease.req;
-        self.shards.release(&req.names, &req.token, outcome).await
+    /// The watchdog stopped the command for the deadline and dlock had not seen the lease go:
+    /// say it is lost now.
+    fn note_fired(&mut self) {
+        if !self.dog.fired() || self.stop.lost().is_some() {
+            return;
+        }
+        // dlock could not act in time (it was stopped or starved) and the watchdog
+        // stopped the command at the deadline: the lease is gone as surely as if we had
+        // seen it go.
+        let why = match self.suspended {
+            // Ctrl-Z stopped dlock with the job: the user's pause outlived the lease.
+            true => format!(
+                "the lease on {} ran out while the job was suspended (Ctrl-Z); the \
+                 watchdog stopped the command then",
+                self.names()
+            ),
+            false => format!(
+                "the lease on {} ran out while dlock could not renew it (was dlock \
+                 stopped?); the watchdog stopped the command",
+                self.names()
+            ),
+        };
+        self.out.error(&why);
+        self.lost_event(&why);
+        self.alarm.lost(self.pushed, &why, None, self.out);
+        self.stop.lose(&why);
+    }
+
+    /// Release the lease, telling the stores how the job ended for its successor (None: it
+    /// was released already).
+    async fn release(&mut self, outcome: Outcome) -> Option<Tallies> {
+        self.session.release(outcome).await
     }
 
     /// Say which stores the release did not reach: a store that was down all along is no
@@ -112,7 +120,7 @@ impl Supervised<'_> {
         if tally.errors().next().is_none() {
             return;
         }
-        let report = if self.shards.confirmed(tally) {
+        let report = if self.session.keeper().confirmed(tally) {
             Output::debug
         } else {
             Output::warn
@@ -132,7 +140,7 @@ impl Supervised<'_> {
         let code = json!({ "exit_code": ended_code(ended) });
         self.events.emit(
             "released",
-            &self.lease.req.names,
+            &self.lease().req.names,
             events::with(events::fences(&self.fences), events::with(code, what)),
         )
     }

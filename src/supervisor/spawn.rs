@@ -13,27 +13,12 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::alarm::{Alarm, Warnings};
-use super::exec::Launch;
-use super::keeper;
+use super::watchdog::exec::{LEASE_VARS, Launch};
+use super::watchdog::process;
 use super::watchdog::{self, Pipes, Watchdog};
 use crate::engine::{Lease, previous};
 use crate::exit::{Error, ExitCode, Result};
 use crate::output::Output;
-
-/// The variables the command gets from the lease; dlock's own values of them (a dlock run
-/// inside another's command) are not passed on.
-pub const LEASE_VARS: [&str; super::exec::VARS] = [
-    "DLOCK_NAME",
-    "DLOCK_TOKEN",
-    "DLOCK_FENCE",
-    "DLOCK_FENCES",
-    "DLOCK_PREVIOUS",
-    // Only when the previous job failed with a known status; never inherited.
-    "DLOCK_PREVIOUS_EXIT",
-    "DLOCK_STORE_ID",
-    // The lease file (see `alarm`), when one could be made.
-    "DLOCK_LEASE_FILE",
-];
 
 /// A watchdog forked and waiting to start the command.
 pub struct Prepared {
@@ -76,7 +61,7 @@ pub fn prepare(
     )));
     // SAFETY: from Box::into_raw just above, and never freed in this process (see below).
     let found = unsafe { (*launch).found() };
-    let setup = keeper::Setup {
+    let setup = process::Setup {
         orders: pipes.orders.0.as_raw_fd(),
         report: pipes.reports.1.as_raw_fd(),
         grace: grace.as_nanos() as u64,
@@ -115,8 +100,8 @@ pub fn prepare(
 }
 
 /// In dlock's forked child: become the watchdog. Never returns.
-unsafe fn become_watchdog(setup: keeper::Setup) -> ! {
-    // SAFETY: raw syscalls; keeper::run never returns.
+unsafe fn become_watchdog(setup: process::Setup) -> ! {
+    // SAFETY: raw syscalls; process::run never returns.
     unsafe {
         // Nothing blocked that dlock's threads may have blocked (the watchdog blocks SIGCHLD
         // itself), as a spawned child starts.
@@ -133,7 +118,7 @@ unsafe fn become_watchdog(setup: keeper::Setup) -> ! {
             // A kernel before 3.4: dlock hears the watchdog ended before the command started.
             libc::_exit(126);
         }
-        keeper::run(setup)
+        process::run(setup)
     }
 }
 

@@ -42,3 +42,10 @@ fn all_or_none(env: &Env) {
 fn all_or_none_on_the_file_store() {
     all_or_none(&Env::file());
 }
+
+/// `multilock -- CMD` tells `--events` of a store going away and coming back while its
+/// command runs, as `run` does: the two share one path.
+#[test]
+fn multilock_tells_of_an_outage_while_its_command_runs() {
+    crate::store_life::a_holder_tells_of_an_outage_while_its_command_runs(&["multilock", "a", "b"]);
+}

@@ -208,3 +208,49 @@ fn a_run_started_during_a_restart_goes_on() {
     redis.start_again();
     assert_code(&finish(run, Duration::from_secs(20)), 0);
 }
+
+/// A holder on a server that goes away while its command runs and comes back (data kept):
+/// `dlock ARGS... --events FILE -- CMD` tells `store-unreachable`, then `store-back`, while
+/// the command runs on, and ends with the command's 0. `run` and `multilock -- CMD` share
+/// this path (see the test in multilock.rs).
+pub(crate) fn a_holder_tells_of_an_outage_while_its_command_runs(args: &[&str]) {
+    let mut redis = RedisServer::start_persistent();
+    let env = Env::with_stores(vec![redis.url()]);
+    let (held, go, log) = (env.path("held"), env.path("go"), env.path("holder.events"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        held.display(),
+        go.display()
+    );
+    let log_arg = log.display().to_string();
+    let mut full = args.to_vec();
+    full.extend([
+        "--ttl", "10s", "--events", &log_arg, "--", "sh", "-c", &script,
+    ]);
+    let holder = env.spawn(&full);
+    assert!(
+        wait_for(Duration::from_secs(10), || held.exists()),
+        "the holder did not start its command"
+    );
+    redis.kill();
+    assert!(
+        wait_for(Duration::from_secs(20), || event(&log, "store-unreachable")
+            .is_some()),
+        "no store-unreachable event: {:?}",
+        events(&log)
+    );
+    redis.start_again();
+    assert!(
+        wait_for(Duration::from_secs(20), || event(&log, "store-back")
+            .is_some()),
+        "no store-back event: {:?}",
+        events(&log)
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_code(&finish(holder, Duration::from_secs(30)), 0);
+}
+
+#[test]
+fn a_run_tells_of_an_outage_while_its_command_runs() {
+    a_holder_tells_of_an_outage_while_its_command_runs(&["run", "job"]);
+}

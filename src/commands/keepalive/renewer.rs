@@ -2,23 +2,20 @@
 //! `lock`, renew it, and end as the hold ends.
 
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::{FOLLOW_FD, stop};
 use crate::cli::LockArgs;
 use crate::commands::{Ctx, mode};
-use crate::engine::Lease;
+use crate::engine::{Lease, Session};
 use crate::events::{self, Events};
 use crate::exit::{Error, Result};
 use crate::store::{Acquire, Granted, Outcome, Previous};
-use crate::supervisor::renew::{Health, keep_alive};
 use crate::supervisor::signals::{STOPPING, Signals};
 
 /// The renewer's answer once it keeps the lease.
@@ -45,16 +42,16 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
     let events = Events::open(args.holder.events.as_deref(), false)?;
     let signals = Signals::catch(&STOPPING)
         .map_err(|e| Error::failure(format!("cannot catch signals: {e}")))?;
+    let names = lease.req.names.clone();
+    let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
+    let mut session = Session::new(ctx.shards.clone(), lease);
     if !tell_ready() {
         // `lock` is gone before it printed the token: nobody has it.
-        let names = &lease.req.names;
-        ctx.shards.release(names, &token, Outcome::Withdrawn).await;
+        session.release(Outcome::Withdrawn).await;
         return Ok(0);
     }
     detach();
-    let names = lease.req.names.clone();
-    let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
-    let end = hold(ctx, lease, &listener, follow, signals, &events).await;
+    let end = hold(&mut session, &listener, follow, signals, &events).await;
     let fields = |why: &str| events::with(events::fences(&fences), json!({ "reason": why }));
     match end {
         End::Unlocked(mut s) => {
@@ -64,9 +61,7 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
         End::Lost(why) => events.emit("lost", &names, fields(&why)),
         End::FollowedEnded | End::Signal(_) => {
             // The holder ended without unlocking: the next one should clean up after it.
-            ctx.shards
-                .release(&names, &token, Outcome::Failed(None))
-                .await;
+            session.release(Outcome::Failed(None)).await;
             let why = match end {
                 End::Signal(sig) => format!("the renewer got {}", crate::sys::signal_name(sig)),
                 _ => "the followed process ended".to_string(),
@@ -80,48 +75,27 @@ pub async fn run(args: LockArgs, ctx: &Ctx) -> Result<i32> {
 
 /// Renew until the hold ends one of the ways `End` names.
 async fn hold(
-    ctx: &Ctx,
-    lease: Lease,
+    session: &mut Session<crate::shard::Shards>,
     listener: &tokio::net::UnixListener,
     follow: Option<AsyncFd<OwnedFd>>,
     mut signals: Signals,
     events: &Events,
 ) -> End {
-    let (tx, mut health) = watch::channel(Health {
-        deadline: lease.deadline,
-        lost: None,
-        trouble: None,
-    });
-    let renewing = tokio::spawn(keep_alive(
-        ctx.shards.clone(),
-        lease,
-        tx,
-        events.clone(),
-        Arc::new(Notify::new()),
-    ));
+    session.keep_alive(events);
     let ended = async {
         match &follow {
             Some(fd) => drop(fd.readable().await),
             None => std::future::pending().await,
         }
     };
-    let lost = async {
-        loop {
-            if let Some(why) = health.borrow_and_update().lost.clone() {
-                return why;
-            }
-            if health.changed().await.is_err() {
-                return "the renewal ended".to_string();
-            }
-        }
-    };
     let end = tokio::select! {
         s = stop::requested(listener) => End::Unlocked(s),
-        why = lost => End::Lost(why),
+        why = session.lost() => End::Lost(why),
         () = ended => End::FollowedEnded,
         sig = signals.recv() => End::Signal(sig),
     };
-    renewing.abort();
+    // Whatever ended the hold, no renewal follows it (`unlock` releases once told).
+    session.stop();
     end
 }
 

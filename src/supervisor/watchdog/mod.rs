@@ -9,8 +9,15 @@
 //! command: every process of the job descends from the watchdog, and being a child subreaper
 //! it inherits every orphan of the job, whatever group or session it moved to. dlock sends the
 //! start (see `spawn`) and then each new deadline through a pipe; the watchdog times it on the
-//! kernel's monotonic clock by raw syscalls (see `keeper` for its side) and reports back
-//! through another. This file is dlock's side.
+//! kernel's monotonic clock by raw syscalls and reports back through another.
+//!
+//! The wing: this file is dlock's side; `process` is the watchdog's life, `exec` the command's
+//! start it carries out (prepared by dlock before the fork), `wire` what goes through the
+//! pipes.
+
+pub(super) mod exec;
+pub(super) mod process;
+pub(super) mod wire;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -20,33 +27,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
 use crate::sys;
-
-/// Sent instead of a deadline: dlock has sent SIGTERM to the command's group itself.
-pub const TERMINATED: u64 = u64::MAX;
-/// Sent instead of a deadline: dlock has sent SIGKILL; the whole tree goes now.
-pub const KILL: u64 = u64::MAX - 1;
-/// Sent instead of a deadline, before dlock forwards a stopping signal (SIGINT, SIGTERM,
-/// SIGHUP, SIGQUIT) to the command's group: the job is being stopped, so the command's end,
-/// however it comes, takes the rest of the tree with it.
-pub const ENDING: u64 = u64::MAX - 2;
-/// From the watchdog: the command was stopped (Ctrl-Z, SIGSTOP).
-pub const STOPPED: u64 = 1 << 62;
-/// From the watchdog: it stopped the command for the deadline (dlock could not act).
-pub const FIRED: u64 = 1 << 61;
-/// From the watchdog, once the command's exec succeeded: its pid (and group), in the low bits.
-pub const PID: u64 = 1 << 60;
-/// From the watchdog: the command could not be run; the errno of its exec in the low bits.
-pub const EXEC_FAILED: u64 = 1 << 59;
-/// From the watchdog, the last word before it exits: the command's wait status in the low
-/// bits. dlock releases on it, without waiting for the watchdog's own exit.
-pub const EXITED: u64 = 1 << 58;
-/// To the watchdog, once: start the command. The low 32 bits count the bytes of the lease's
-/// variables that follow the deadline; bit 32 says the command takes the terminal.
-pub const START: u64 = 1 << 57;
-/// From the watchdog: the command exited on its own (its wait status in the low bits) and left
-/// processes running; the watchdog holds on, and so must the lease, until they have exited.
-pub const LINGERING: u64 = 1 << 56;
-pub const FOREGROUND: u64 = 1 << 32;
+use wire::{FRAME, Frame, Order, Report};
 
 /// What the watchdog reported, for dlock's supervision loop.
 pub enum Event {
@@ -141,10 +122,13 @@ impl Watchdog {
     /// Tell the watchdog to start the command: `deadline` (kernel nanoseconds) and the
     /// lease's variables (`NAME=value` strings, each ending in NUL).
     pub fn start(&self, deadline: u64, vars: &[u8], foreground: bool) -> io::Result<()> {
-        let head = START | vars.len() as u64 | if foreground { FOREGROUND } else { 0 };
-        let mut all = Vec::with_capacity(16 + vars.len());
-        all.extend_from_slice(&head.to_ne_bytes());
-        all.extend_from_slice(&deadline.to_ne_bytes());
+        let head = Order::Start {
+            deadline,
+            vars: vars.len() as u32,
+            foreground,
+        };
+        let mut all = Vec::with_capacity(FRAME + vars.len());
+        all.extend_from_slice(&head.encode());
         all.extend_from_slice(vars);
         let mut left = &all[..];
         while !left.is_empty() {
@@ -169,9 +153,9 @@ impl Watchdog {
     pub async fn started(&mut self) -> io::Result<Result<u32, io::Error>> {
         loop {
             match self.next().await {
-                Some(m) if m & PID != 0 => return Ok(Ok((m & !PID) as u32)),
-                Some(m) if m & EXEC_FAILED != 0 => {
-                    return Ok(Err(io::Error::from_raw_os_error((m & !EXEC_FAILED) as i32)));
+                Some(Report::Started(pid)) => return Ok(Ok(pid)),
+                Some(Report::ExecFailed(errno)) => {
+                    return Ok(Err(io::Error::from_raw_os_error(errno)));
                 }
                 Some(m) => self.note(m),
                 None => {
@@ -183,18 +167,22 @@ impl Watchdog {
         }
     }
 
-    /// The next message (None once the watchdog has closed its end). Cancel-safe.
-    async fn next(&mut self) -> Option<u64> {
+    /// The next report (None once the watchdog has closed its end). A frame that is no
+    /// report is passed over. Cancel-safe.
+    async fn next(&mut self) -> Option<Report> {
         loop {
             let Ok(mut ready) = self.reports.readable().await else {
                 return None;
             };
-            let mut b = [0u8; 8];
+            let mut f: Frame = [0; FRAME];
             let fd = ready.get_inner().as_raw_fd();
-            // SAFETY: reading 8 bytes into a stack buffer from a descriptor we own.
-            let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
-            if n == 8 {
-                return Some(u64::from_ne_bytes(b));
+            // SAFETY: reading one frame into a stack buffer from a descriptor we own.
+            let n = unsafe { libc::read(fd, f.as_mut_ptr().cast(), FRAME) };
+            if n == FRAME as isize {
+                match Report::decode(&f) {
+                    Some(r) => return Some(r),
+                    None => continue,
+                }
             }
             if n == 0 {
                 return None;
@@ -203,25 +191,30 @@ impl Watchdog {
         }
     }
 
-    fn read_one(&self) -> Option<u64> {
-        let mut b = [0u8; 8];
-        // SAFETY: reading 8 bytes into a stack buffer from a descriptor we own.
-        let n = unsafe { libc::read(self.reports.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
-        (n == 8).then(|| u64::from_ne_bytes(b))
+    /// A report already in the pipe, if any (a frame that is no report is passed over).
+    fn read_one(&self) -> Option<Report> {
+        loop {
+            let mut f: Frame = [0; FRAME];
+            // SAFETY: reading one frame into a stack buffer from a descriptor we own.
+            let n = unsafe { libc::read(self.reports.as_raw_fd(), f.as_mut_ptr().cast(), FRAME) };
+            if n != FRAME as isize {
+                return None;
+            }
+            if let Some(r) = Report::decode(&f) {
+                return Some(r);
+            }
+        }
     }
 
-    fn note(&mut self, message: u64) {
-        if message == FIRED {
-            self.fired = true;
-        }
-        if message == STOPPED {
-            self.stop_seen = true;
-        }
-        if message & LINGERING != 0 && message & !(LINGERING | 0xffff_ffff) == 0 {
-            self.lingering = Some((message & 0xffff_ffff) as u32 as i32);
-        }
-        if message & EXITED != 0 && message & (PID | EXEC_FAILED | FIRED | STOPPED) == 0 {
-            self.exited = Some((message & 0xffff_ffff) as u32 as i32);
+    /// Keep what a report says until it is asked for (`event`, `fired`).
+    fn note(&mut self, report: Report) {
+        match report {
+            Report::Fired => self.fired = true,
+            Report::Stopped => self.stop_seen = true,
+            Report::Lingering(status) => self.lingering = Some(status),
+            Report::Exited(status) => self.exited = Some(status),
+            // Answers to `start`, which reads them itself.
+            Report::Started(_) | Report::ExecFailed(_) => {}
         }
     }
 
@@ -305,28 +298,29 @@ impl Watchdog {
     /// A new deadline: later when the lease was renewed, sooner when the store said it is
     /// gone (the watchdog then has to kill sooner too).
     pub fn push(&self, deadline: Instant) {
-        self.send(kernel_ns(deadline));
+        self.send(Order::Deadline(kernel_ns(deadline)));
     }
 
-    fn send(&self, message: u64) {
+    fn send(&self, order: Order) {
         // SAFETY: a write to a descriptor we own.
-        unsafe { send(self.orders.as_raw_fd(), message) };
+        unsafe { wire::send(self.orders.as_raw_fd(), order.encode()) };
     }
 
     /// dlock has sent SIGTERM to the command's group: the watchdog sends it to the rest of
     /// the tree and stays until all of it is gone.
     pub fn terminated(&self) {
-        self.send(TERMINATED);
+        self.send(Order::Terminated);
     }
 
-    /// dlock is about to forward a stopping signal to the command's group (see `ENDING`).
+    /// dlock is about to forward a stopping signal to the command's group (see
+    /// `Order::Ending`).
     pub fn ending(&self) {
-        self.send(ENDING);
+        self.send(Order::Ending);
     }
 
     /// dlock has sent SIGKILL to the command's group: the whole tree goes now.
     pub fn kill(&self) {
-        self.send(KILL);
+        self.send(Order::Kill);
     }
 
     /// After the watchdog (the command's parent) has been reaped: true if it had stopped the
@@ -335,29 +329,4 @@ impl Watchdog {
         self.drain();
         self.fired
     }
-}
-
-/// One message through a pipe. Async-signal-safe: an 8-byte write from the stack.
-pub unsafe fn send(fd: libc::c_int, message: u64) {
-    let b = message.to_ne_bytes();
-    // SAFETY: writing 8 bytes from a valid buffer; a pipe write this small is atomic. If the
-    // other end is gone the write fails (SIGPIPE is ignored by Rust programs and the watchdog).
-    unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
-}
-
-/// The kernel's monotonic clock in nanoseconds, by raw syscall. Async-signal-safe.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a raw syscall filling a valid timespec (async-signal-safe).
-    unsafe {
-        libc::syscall(
-            libc::SYS_clock_gettime,
-            libc::CLOCK_MONOTONIC,
-            &mut ts as *mut libc::timespec,
-        )
-    };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

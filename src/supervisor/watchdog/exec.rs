@@ -8,15 +8,16 @@
 //! vfork-style clone (`launch`): the child shares the watchdog's memory until its exec, so no
 //! page table is copied, and the watchdog resumes only once the exec succeeded or failed,
 //! which it reports to dlock. Only raw syscalls and the prepared buffers are used after the
-//! fork, as in `keeper`.
+//! fork, as in `process`.
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 
 use libc::{c_char, c_int, c_void, pid_t};
 
-use super::signals::FORWARDED;
-use super::tree;
+use super::wire::{FRAME, Frame, Order};
+use crate::supervisor::signals::FORWARDED;
+use crate::supervisor::tree;
 
 /// The signals the watchdog ignores (a stop aimed at a group must not stop it, and the job's
 /// signals are dlock's to forward), besides the forwarded ones.
@@ -65,8 +66,23 @@ pub struct Launch {
 /// in DLOCK_TOKEN, as a job that ended with this status (see `supervisor::orphan`).
 pub const RELEASE_VAR: &str = "DLOCK_WATCHDOG_RELEASE";
 
-/// How many variables dlock sends at the start, at most (`spawn::vars`).
-pub const VARS: usize = 8;
+/// The variables the command gets from the lease (sent with `Order::Start`); dlock's own
+/// values of them (a dlock run inside another's command) are not passed on.
+pub const LEASE_VARS: [&str; 8] = [
+    "DLOCK_NAME",
+    "DLOCK_TOKEN",
+    "DLOCK_FENCE",
+    "DLOCK_FENCES",
+    "DLOCK_PREVIOUS",
+    // Only when the previous job failed with a known status; never inherited.
+    "DLOCK_PREVIOUS_EXIT",
+    "DLOCK_STORE_ID",
+    // The lease file (see `alarm`), when one could be made.
+    "DLOCK_LEASE_FILE",
+];
+
+/// How many variables dlock sends at the start, at most.
+const VARS: usize = LEASE_VARS.len();
 
 impl Launch {
     /// `command` as the user gave it; `room`: the most bytes the lease's variables can take;
@@ -88,9 +104,7 @@ impl Launch {
         sh_argv.push(path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()));
         sh_argv.extend_from_slice(&argv[1..]);
         let env: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| {
-                k != RELEASE_VAR && !crate::supervisor::spawn::LEASE_VARS.iter().any(|v| k == v)
-            })
+            .filter(|(k, _)| k != RELEASE_VAR && !LEASE_VARS.iter().any(|v| k == v))
             .map(|(k, v)| {
                 let mut b = k.as_bytes().to_vec();
                 b.push(b'=');
@@ -121,7 +135,7 @@ impl Launch {
             foreground: false,
             watchdog: 0,
             errno: 0,
-            ignored: super::signals::ignored_at_start(),
+            ignored: crate::supervisor::signals::ignored_at_start(),
             _self_args: self_args,
             self_argv,
             marker: [0; 48],
@@ -238,20 +252,26 @@ pub unsafe fn await_start(launch: *mut Launch, orders: c_int) -> Option<u64> {
     // SAFETY: as `arm`.
     unsafe {
         let l = &mut *launch;
-        let mut head = [0u8; 16];
-        if !read_all(orders, head.as_mut_ptr(), 16) {
+        let mut head: Frame = [0; FRAME];
+        if !read_all(orders, head.as_mut_ptr(), FRAME) {
             return None;
         }
-        let word = u64::from_ne_bytes(head[..8].try_into().ok()?);
-        let deadline = u64::from_ne_bytes(head[8..].try_into().ok()?);
-        let len = (word & 0xffff_ffff) as usize;
-        if word & super::watchdog::START == 0 || len > l.vars.len() {
+        let Some(Order::Start {
+            deadline,
+            vars,
+            foreground,
+        }) = Order::decode(&head)
+        else {
+            return None;
+        };
+        let len = vars as usize;
+        if len > l.vars.len() {
             return None;
         }
         if !read_all(orders, l.vars.as_mut_ptr(), len) {
             return None;
         }
-        l.foreground = word & super::watchdog::FOREGROUND != 0;
+        l.foreground = foreground;
         // Each variable ends in NUL; point the free slots of envp at them.
         let mut slot = l.inherited_env;
         let mut begin = 0;

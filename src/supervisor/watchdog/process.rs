@@ -11,7 +11,7 @@
 //!   job: the rest of the tree gets SIGTERM at the command's end, SIGKILL one kill grace later;
 //! - the command exited on its own and left processes running (`worker & exit 0`): they keep
 //!   the lease, as flock's inherited descriptor would, until the last of them exits; dlock is
-//!   told once (`LINGERING`) so that it can name them. `--leave-running` keeps the older
+//!   told once (`Report::Lingering`) so that it can name them. `--leave-running` keeps the older
 //!   behaviour instead: the command's end is the job's, whatever it left.
 //!
 //! When dlock is gone (killed, crashed) the watchdog stops the tree and then releases the
@@ -23,19 +23,22 @@
 use libc::{c_int, pid_t};
 
 use super::exec::{self, Launch};
-use super::tree;
-use super::watchdog::{
-    ENDING, EXEC_FAILED, EXITED, FIRED, KILL, LINGERING, PID, STOPPED, TERMINATED, now_ns, send,
-};
+use super::wire::{FRAME, Frame, Order, Report, now_ns};
+use crate::supervisor::tree;
+
+/// Tell dlock. Async-signal-safe.
+unsafe fn report(fd: c_int, r: Report) {
+    // SAFETY: one frame from the stack.
+    unsafe { super::wire::send(fd, r.encode()) };
+}
 
 /// What the watchdog needs, all captured before the fork.
 #[derive(Clone, Copy)]
 pub struct Setup {
-    /// Read end of dlock's pipe (the start, deadlines, TERMINATED, KILL); end-of-file: dlock
-    /// is gone.
+    /// Read end of dlock's pipe (its `Order`s); end-of-file: dlock is gone.
     pub orders: c_int,
-    /// Write end of the pipe back to dlock (the command started, stopped, ended; the watchdog
-    /// fired).
+    /// Write end of the pipe back to dlock (its `Report`s: the command started, stopped,
+    /// ended; the watchdog fired).
     pub report: c_int,
     pub grace: u64,
     pub margin: u64,
@@ -95,11 +98,11 @@ pub unsafe fn run(setup: Setup) -> ! {
         };
         let command = match exec::launch(setup.launch) {
             Ok(pid) => {
-                send(setup.report, PID | pid as u64);
+                report(setup.report, Report::Started(pid as u32));
                 pid
             }
             Err(errno) => {
-                send(setup.report, EXEC_FAILED | errno as u32 as u64);
+                report(setup.report, Report::ExecFailed(errno));
                 // A child that could not exec has exited (127): reaped below as any other.
                 0
             }
@@ -140,7 +143,7 @@ unsafe fn watch(mut st: State, sfd: c_int) -> ! {
             if !st.term_sent && now >= st.term_at() {
                 // Said at once (and again at the end): a dlock that wakes from a stop while
                 // the tree is being stopped must not claim signals of its own.
-                send(st.report, FIRED);
+                report(st.report, Report::Fired);
                 tree::signal_all(libc::getpid(), libc::SIGTERM, 0);
                 st.term_sent = true;
                 st.fired = true;
@@ -173,7 +176,7 @@ unsafe fn after_end(st: &mut State, status: c_int, none_left: bool) {
         if libc::WIFSIGNALED(status) || st.ending || st.orphaned {
             stop_rest(st);
         } else if !st.lingering {
-            send(st.report, LINGERING | status as u32 as u64);
+            report(st.report, Report::Lingering(status));
             st.lingering = true;
         }
     }
@@ -200,7 +203,7 @@ unsafe fn reap_all_and_exit(report: c_int) -> ! {
     unsafe {
         let mut w: c_int = 0;
         while libc::waitpid(-1, &mut w, 0) > 0 {}
-        send(report, EXITED | (127 << 8));
+        self::report(report, Report::Exited(127 << 8));
         libc::_exit(127)
     }
 }
@@ -248,8 +251,8 @@ unsafe fn reap(st: &mut State) -> bool {
         }
         if r == st.pgid {
             if libc::WIFSTOPPED(w) {
-                // SAFETY: an 8-byte write to our pipe.
-                unsafe { send(st.report, STOPPED) };
+                // SAFETY: one frame to our pipe.
+                unsafe { report(st.report, Report::Stopped) };
             } else {
                 st.status = Some(w);
             }
@@ -318,39 +321,43 @@ unsafe fn wait(st: &mut State, sfd: c_int, timeout_ns: u64) {
             while libc::read(sfd, info.as_mut_ptr().cast(), info.len()) > 0 {}
         }
         if fds[0].revents != 0 {
-            let mut buf = [0u8; 64];
+            // Whole frames only: a multiple of FRAME, and each frame was written at once.
+            let mut buf = [0u8; 4 * FRAME];
             let n = libc::read(st.orders, buf.as_mut_ptr().cast(), buf.len());
             if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
                 orphaned(st);
             } else if n > 0 {
-                for m in buf[..n as usize].chunks_exact(8) {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(m);
-                    order(st, u64::from_ne_bytes(b));
+                for m in buf[..n as usize].chunks_exact(FRAME) {
+                    let mut f: Frame = [0; FRAME];
+                    f.copy_from_slice(m);
+                    if let Some(o) = Order::decode(&f) {
+                        order(st, o);
+                    }
                 }
             }
         }
     }
 }
 
-/// One message from dlock. Messages are 8 bytes and a pipe write that small is atomic, so a
-/// read never splits one.
-unsafe fn order(st: &mut State, message: u64) {
+/// One order from dlock (see `wire`).
+unsafe fn order(st: &mut State, order: Order) {
     // SAFETY: raw syscalls only.
     unsafe {
-        match message {
+        match order {
             // dlock sent SIGTERM to the command's group: the rest of the tree gets it too.
-            TERMINATED => {
+            Order::Terminated => {
                 if !st.term_sent {
                     tree::signal_all(libc::getpid(), libc::SIGTERM, st.pgid);
                 }
                 st.term_sent = true;
             }
             // dlock sent SIGKILL to the group (--max-runtime, a lost lease): all of it now.
-            KILL => kill_all(st),
+            Order::Kill => kill_all(st),
             // dlock forwarded a stopping signal to the command's group.
-            ENDING => st.ending = true,
-            deadline => st.deadline = deadline,
+            Order::Ending => st.ending = true,
+            Order::Deadline(at) => st.deadline = at,
+            // The start was read before the command ran (`exec::await_start`): not again.
+            Order::Start { .. } => {}
         }
     }
 }
@@ -388,10 +395,10 @@ unsafe fn finish(st: &State, status: c_int) -> ! {
     // SAFETY: raw syscalls only.
     unsafe {
         if st.fired {
-            send(st.report, FIRED);
+            report(st.report, Report::Fired);
         }
         // dlock releases the lease on this word, without waiting for our own exit.
-        send(st.report, EXITED | status as u32 as u64);
+        report(st.report, Report::Exited(status));
         if st.orphaned {
             // Nobody heard that word: release the lease ourselves, now that none of the job
             // is left. Returns only if the exec failed; the lease then runs out on the store.
