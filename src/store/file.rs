@@ -1,10 +1,12 @@
 //! The embedded file store: locks shared by the processes of one host, with no server.
 //!
 //! One directory per namespace, one JSON state file per lock name (holders with deadlines, the
-//! fence counter, how the last lease ended). Every read-modify-write runs under an exclusive
-//! `flock` on the namespace's `.lock` file, which also makes a multi-name grant atomic, and
-//! replaces the state file by rename, so a process killed mid-write leaves the old state whole
-//! (a change to several names goes through a journal: see `journal`).
+//! fence counter, how the last lease ended). It is a backend of the record engine
+//! (`store::record`, see `ops`): the rules are the engine's, and each operation is one
+//! transaction, a read-modify-write under an exclusive `flock` on the namespace's `.lock`
+//! file (which also makes a multi-name grant atomic) that replaces the state file by rename,
+//! so a process killed mid-write leaves the old state whole (a change to several names goes
+//! through a journal: see `journal`).
 //! Deadlines are on CLOCK_BOOTTIME, which every process of the host shares and the wall clock
 //! cannot move; a state file from an earlier boot has no live holders, and one from another
 //! host is refused, as is a network file system (see `host`).
@@ -410,12 +412,11 @@ impl Backend for Files {
         let now = now_ns() as i64;
         let mut rows = Vec::with_capacity(names.len());
         for name in names {
-            let st = self.0.read_settled(name).ok()?;
-            let mut r = self.0.rows(name, &st);
+            let mut r = self.0.rows(name, self.0.read_settled(name).ok()?);
             if attempt.is_none() {
                 // For `inspect`: each waiter's metadata, from beside its bell.
-                for (x, e) in r.waiters.iter_mut().zip(&st.queue) {
-                    x.meta = e.meta(&self.0.dir);
+                for x in &mut r.waiters {
+                    x.meta = waiters::meta(&self.0.dir, &x.token, &x.meta);
                 }
             }
             rows.push(r);

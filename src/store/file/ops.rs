@@ -19,28 +19,32 @@ pub(super) struct Wake {
 impl Dir {
     /// A name's state as the rules' rows. A state from an earlier boot has no live holder
     /// and nobody waiting: its holders read as expired (so the rules say so to the next
-    /// holder), its waiters as gone.
-    pub(super) fn rows(&self, name: &str, st: &State) -> Rows {
+    /// holder), its waiters as gone. (Moved, not copied: a herd's queue is hundreds long.)
+    pub(super) fn rows(&self, name: &str, st: State) -> Rows {
         let this_boot = st.boot.is_empty() || st.boot == self.boot;
-        let holders = st.holders.iter().map(|h| HolderRow {
-            token: h.token.clone(),
-            mode: h.mode.clone(),
+        let holders = st.holders.into_iter().map(|h| HolderRow {
+            token: h.token,
+            mode: h.mode,
             fence: h.fence as i64,
             expires: if this_boot { h.deadline as i64 } else { 0 },
-            meta: h.meta.clone(),
+            meta: h.meta,
         });
-        let waiters = st.queue.iter().filter(|_| this_boot).map(|e| WaiterRow {
-            token: e.token.clone(),
-            mode: e.mode.clone(),
-            seq: e.ticket as i64,
-            expires: i64::MAX,
-            meta: e.meta.clone(),
-            bell: 0,
-        });
+        let waiters = st
+            .queue
+            .into_iter()
+            .filter(|_| this_boot)
+            .map(|e| WaiterRow {
+                token: e.token,
+                mode: e.mode,
+                seq: e.ticket as i64,
+                expires: i64::MAX,
+                meta: e.meta,
+                bell: 0,
+            });
         Rows {
             name: name.to_string(),
             fence: st.fence as i64,
-            previous: st.previous.clone(),
+            previous: st.previous,
             holders: holders.collect(),
             waiters: waiters.collect(),
             marked: st.mark,
@@ -49,36 +53,37 @@ impl Dir {
         }
     }
 
-    /// The state to write for rows the rules changed (`was`: the state they were read from).
-    fn state(&self, r: &Rows, was: &State) -> State {
+    /// The state to write for rows the rules changed; `kept`: what the state read had
+    /// beyond the rows (its lock name, its fence floor).
+    fn state(&self, r: Rows, kept: (String, u64)) -> State {
         State {
             fence: r.fence.max(0) as u64,
-            previous: r.previous.clone(),
+            previous: r.previous,
             boot: self.boot.clone(),
             holders: r
                 .holders
-                .iter()
+                .into_iter()
                 .map(|h| Record {
-                    token: h.token.clone(),
-                    mode: h.mode.clone(),
+                    token: h.token,
+                    mode: h.mode,
                     fence: h.fence.max(0) as u64,
                     deadline: h.expires.max(0) as u64,
-                    meta: h.meta.clone(),
+                    meta: h.meta,
                 })
                 .collect(),
             queue: r
                 .waiters
-                .iter()
+                .into_iter()
                 .map(|x| Entry {
                     ticket: x.seq.max(0) as u64,
-                    token: x.token.clone(),
-                    mode: x.mode.clone(),
+                    token: x.token,
+                    mode: x.mode,
                     meta: String::new(),
                 })
                 .collect(),
             mark: r.marked,
-            name: was.name.clone(),
-            floor: was.floor,
+            name: kept.0,
+            floor: kept.1,
         }
     }
 
@@ -88,35 +93,28 @@ impl Dir {
             .iter()
             .map(|n| self.read(n))
             .collect::<StoreResult<Vec<State>>>()?;
+        let kept: Vec<(String, u64)> = states.iter().map(|s| (s.name.clone(), s.floor)).collect();
         let mut rows: Vec<Rows> = names
             .iter()
-            .zip(&states)
+            .zip(states)
             .map(|(n, st)| self.rows(n, st))
             .collect();
         let writes = decide(now_ns() as i64, &mut rows).writes;
-        let named = |name: &str| writes.iter().any(|w| written(w) == Some(name));
-        // A holder or waiter gone, and no grant (a renewal frees nobody).
-        let freed = |name: &str| {
-            let mine = |w: &&Write| written(w) == Some(name);
-            let gone =
-                |w: &&Write| matches!(w, Write::DeleteHolder { .. } | Write::DeleteWaiter { .. });
-            let held = |w: &&Write| matches!(w, Write::PutHolder { .. });
-            writes.iter().filter(mine).any(|w| gone(&w))
-                && !writes.iter().filter(mine).any(|w| held(&w))
-        };
         let mut wake = Wake::default();
         let mut changed = Vec::new();
-        for (r, was) in rows.iter().zip(&states) {
-            if !named(&r.name) {
+        for (r, kept) in rows.into_iter().zip(kept) {
+            let t = Touched::of(&writes, &r.name);
+            if !t.written {
                 continue;
             }
-            let st = self.state(r, was);
-            // Watchers without a queue entry look (a removed state file tells them by
-            // itself; queued waiters hear their bells).
-            if freed(&r.name) && st.queue.is_empty() && !st.forgettable() {
-                wake.names.push(r.name.clone());
+            let name = r.name.clone();
+            let st = self.state(r, kept);
+            // A holder or waiter gone, and no grant: watchers without a queue entry look (a
+            // removed state file tells them by itself; queued waiters hear their bells).
+            if t.freed && !t.held && st.queue.is_empty() && !st.forgettable() {
+                wake.names.push(name.clone());
             }
-            changed.push((r.name.clone(), st));
+            changed.push((name, st));
         }
         self.commit(&changed)?;
         for w in &writes {
@@ -133,14 +131,34 @@ impl Dir {
     }
 }
 
-/// The name a write changes (none for a wake-up).
-fn written(w: &Write) -> Option<&str> {
-    match w {
-        Write::Record { name, .. }
-        | Write::PutHolder { name, .. }
-        | Write::DeleteHolder { name, .. }
-        | Write::PutWaiter { name, .. }
-        | Write::DeleteWaiter { name, .. } => Some(name),
-        Write::Wake { .. } => None,
+/// What a transaction's writes did to one name.
+#[derive(Default)]
+struct Touched {
+    written: bool,
+    /// A holder or a waiter went.
+    freed: bool,
+    /// A holder was written: a grant or a renewal.
+    held: bool,
+}
+
+impl Touched {
+    fn of(writes: &[Write], name: &str) -> Touched {
+        let mut t = Touched::default();
+        for w in writes {
+            let on = match w {
+                Write::Record { name: n, .. } | Write::PutWaiter { name: n, .. } => n,
+                Write::PutHolder { name: n, .. } => {
+                    t.held |= n == name;
+                    n
+                }
+                Write::DeleteHolder { name: n, .. } | Write::DeleteWaiter { name: n, .. } => {
+                    t.freed |= n == name;
+                    n
+                }
+                Write::Wake { .. } => continue,
+            };
+            t.written |= on == name;
+        }
+        t
     }
 }

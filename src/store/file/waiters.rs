@@ -57,18 +57,14 @@ pub(super) struct Entry {
     pub meta: String,
 }
 
-impl Entry {
-    fn bell(&self) -> String {
-        bell_name(&self.token)
+/// A waiter's metadata, for `inspect`: `stored` where an earlier version kept it in the
+/// entry, else from beside its bell ("" if it has none).
+pub(super) fn meta(dir: &Path, token: &str, stored: &str) -> String {
+    if !stored.is_empty() {
+        return stored.to_string();
     }
-
-    /// The waiter's metadata, for `inspect`: from beside its bell ("" if it has none).
-    pub(super) fn meta(&self, dir: &Path) -> String {
-        if !self.meta.is_empty() {
-            return self.meta.clone();
-        }
-        fs::read_to_string(meta_path(&dir.join(BELLS).join(self.bell()))).unwrap_or_default()
-    }
+    let bell = dir.join(BELLS).join(bell_name(token));
+    fs::read_to_string(meta_path(&bell)).unwrap_or_default()
 }
 
 /// A bell's file name: from the token, so every process finds it, without showing it.
