@@ -249,3 +249,130 @@ pub(super) fn leave(r: &mut Rows, token: &str, w: &mut Writes) -> bool {
         None => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::rules::{GrantRequest, Outcome, grant, release};
+    use super::*;
+    use crate::store::Outcome as End;
+
+    /// The file store's rules, with the waiters in `dead` gone.
+    struct Dead(&'static [&'static str]);
+    impl Lives for Dead {
+        fn alive(&self, row: &WaiterRow) -> bool {
+            !self.0.contains(&row.token.as_str())
+        }
+    }
+
+    const FAIR: Rules = Rules {
+        tick: Duration::from_nanos(1),
+        line: Line::Fair,
+        waiter_ttl: None,
+        forgetful: true,
+    };
+
+    fn cx<'a>(rules: &'a Rules, now: i64, dead: &'a Dead) -> Ctx<'a> {
+        Ctx {
+            now,
+            rules,
+            alive: dead,
+        }
+    }
+
+    fn ask<'a>(token: &'a str, modes: &'a [Mode]) -> GrantRequest<'a> {
+        GrantRequest {
+            token,
+            modes,
+            ttl: 1000,
+            meta: "{}",
+            queue: true,
+            bell: 0,
+        }
+    }
+
+    fn rows(names: &[&str]) -> Vec<Rows> {
+        let row = |n: &&str| Rows {
+            name: n.to_string(),
+            ..Rows::default()
+        };
+        names.iter().map(row).collect()
+    }
+
+    fn granted(o: &Outcome) -> bool {
+        matches!(o, Outcome::Granted(_))
+    }
+
+    const X: &[Mode] = &[Mode::Exclusive];
+    const S: &[Mode] = &[Mode::Shared];
+
+    /// The one difference of the lines, as data: a sharer after a queued writer passes it
+    /// on a loose line, and waits behind it on a fair one.
+    #[test]
+    fn a_sharer_waits_behind_a_queued_writer_only_on_a_fair_line() {
+        for (rules, passes) in [(Rules::SQL, true), (FAIR, false)] {
+            let none = Dead(&[]);
+            let mut rs = rows(&["a"]);
+            assert!(granted(
+                &grant(&mut rs, &cx(&rules, 10, &none), &ask("s1", S)).0
+            ));
+            assert!(!granted(
+                &grant(&mut rs, &cx(&rules, 11, &none), &ask("w", X)).0
+            ));
+            let o = grant(&mut rs, &cx(&rules, 12, &none), &ask("s2", S)).0;
+            assert_eq!(granted(&o), passes, "{:?}", rules.line);
+        }
+    }
+
+    /// A release on a fair line wakes the run from the head it admits, nobody behind it.
+    #[test]
+    fn a_release_wakes_the_run_it_admits() {
+        let none = Dead(&[]);
+        let mut rs = rows(&["a"]);
+        grant(&mut rs, &cx(&FAIR, 1, &none), &ask("x", X));
+        for (i, (t, m)) in [("r1", S), ("r2", S), ("w", X), ("r3", S)]
+            .iter()
+            .enumerate()
+        {
+            grant(&mut rs, &cx(&FAIR, 2 + i as i64, &none), &ask(t, m));
+        }
+        let (_, w) = release(&mut rs, &cx(&FAIR, 10, &none), "x", End::Released);
+        let woken: Vec<&str> = w
+            .iter()
+            .filter_map(|w| match w {
+                Write::Wake { token, .. } => Some(token.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(woken, ["r1", "r2"]);
+    }
+
+    /// One request stands at one ticket on every name, past the last ticket of each.
+    #[test]
+    fn a_request_has_one_ticket_on_every_name() {
+        let none = Dead(&[]);
+        let mut rs = rows(&["a", "b"]);
+        let both = [Mode::Exclusive, Mode::Exclusive];
+        grant(&mut rs, &cx(&FAIR, 1, &none), &ask("x", &both));
+        grant(&mut rs[1..], &cx(&FAIR, 50, &none), &ask("early", X));
+        grant(&mut rs, &cx(&FAIR, 20, &none), &ask("w", &both));
+        let seq = |r: &Rows| r.waiters.iter().find(|x| x.token == "w").unwrap().seq;
+        assert_eq!((seq(&rs[0]), seq(&rs[1])), (51, 51));
+    }
+
+    /// A dead waiter ahead is dropped by the attempt it would keep out.
+    #[test]
+    fn a_dead_waiter_that_decides_is_dropped() {
+        let none = Dead(&[]);
+        let mut rs = rows(&["a"]);
+        grant(&mut rs, &cx(&FAIR, 1, &none), &ask("x", X));
+        grant(&mut rs, &cx(&FAIR, 2, &none), &ask("d", X));
+        release(&mut rs, &cx(&FAIR, 3, &none), "x", End::Released);
+        let dead = Dead(&["d"]);
+        let (o, w) = grant(&mut rs, &cx(&FAIR, 4, &dead), &ask("y", X));
+        assert!(granted(&o), "{o:?}");
+        assert!(w.contains(&Write::DeleteWaiter {
+            name: "a".into(),
+            token: "d".into()
+        }));
+    }
+}

@@ -700,4 +700,20 @@ mod tests {
         assert_eq!(v.holders[0].ttl_left_ms, 300);
         assert_eq!(v.fence, 2);
     }
+
+    /// A release records its own end first, then drops whatever else expired, as the
+    /// Redis script does: a sharer that ran out is what the next holder hears of.
+    #[test]
+    fn a_release_then_drops_the_expired_and_says_so() {
+        let mut rs = vec![rows("a")];
+        grant(&mut rs, &cx(0), &req("s1", Mode::Shared, false));
+        grant(&mut rs, &cx(900), &req("s2", Mode::Shared, false));
+        let (held, w) = release(&mut rs, &cx(1500), "s2", End::Released);
+        assert!(held);
+        assert!(w.contains(&Write::DeleteHolder {
+            name: "a".into(),
+            token: "s1".into()
+        }));
+        assert_eq!(rs[0].previous, "expired");
+    }
 }
