@@ -1,10 +1,12 @@
 //! The embedded file store: locks shared by the processes of one host, with no server.
 //!
 //! One directory per namespace, one JSON state file per lock name (holders with deadlines, the
-//! fence counter, how the last lease ended). Every read-modify-write runs under an exclusive
-//! `flock` on the namespace's `.lock` file, which also makes a multi-name grant atomic, and
-//! replaces the state file by rename, so a process killed mid-write leaves the old state whole
-//! (a change to several names goes through a journal: see `journal`).
+//! fence counter, how the last lease ended). It is a backend of the record engine
+//! (`store::record`, see `ops`): the rules are the engine's, and each operation is one
+//! transaction, a read-modify-write under an exclusive `flock` on the namespace's `.lock`
+//! file (which also makes a multi-name grant atomic) that replaces the state file by rename,
+//! so a process killed mid-write leaves the old state whole (a change to several names goes
+//! through a journal: see `journal`).
 //! Deadlines are on CLOCK_BOOTTIME, which every process of the host shares and the wall clock
 //! cannot move; a state file from an earlier boot has no live holders, and one from another
 //! host is refused, as is a network file system (see `host`).
@@ -35,16 +37,22 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::record::rules::{Line, Rows, Rules, WaiterRow};
+use super::record::{Backend, Decide, RecordStore};
 use super::{
-    Acquire, Attempt, ErrorKind, Health, HealthQuery, Holder, Listener, LockState, Mode, Outcome,
-    Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
+    Acquire, ErrorKind, Health, HealthQuery, Listener, Mode, Previous, StoreError, StoreResult,
+    TagWrite,
 };
 use crate::sys;
 use names::file_name;
 use perms::Perms;
 
-/// The adapter: a cheap handle, so blocking work can move to a thread with its own copy.
-pub struct FileStore(std::sync::Arc<Dir>);
+/// The store: the record engine over the namespace's directory.
+pub type FileStore = RecordStore<Files>;
+
+/// The backend: a cheap handle, so a wait for the flock can move to a thread with its own
+/// copy.
+pub struct Files(std::sync::Arc<Dir>);
 
 /// One namespace directory of the store.
 struct Dir {
@@ -114,19 +122,6 @@ impl State {
         }
     }
 
-    /// The marker, and how long the live holders run on (call after `purge`).
-    fn recall(&self, now: u64) -> Recall {
-        let left = self
-            .holders
-            .iter()
-            .map(|h| h.deadline.saturating_sub(now))
-            .max();
-        Recall {
-            marked: self.mark,
-            horizon: Duration::from_nanos(left.unwrap_or(0)),
-        }
-    }
-
     fn modes(&self) -> impl Iterator<Item = Mode> + '_ {
         self.holders
             .iter()
@@ -136,10 +131,6 @@ impl State {
 
 fn now_ns() -> u64 {
     sys::boottime().as_nanos() as u64
-}
-
-fn ns(d: Duration) -> u64 {
-    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
@@ -153,9 +144,12 @@ fn io_err(what: &str, path: &Path, e: io::Error) -> StoreError {
 
 impl FileStore {
     pub fn open(root: &Path, namespace: &str, options: Options) -> StoreResult<FileStore> {
-        Dir::open(root, namespace, options).map(|d| FileStore(std::sync::Arc::new(d)))
+        let dir = Dir::open(root, namespace, options)?;
+        Ok(RecordStore::new(Files(std::sync::Arc::new(dir))))
     }
+}
 
+impl Files {
     /// Run `f` under the namespace's exclusive flock. When the flock is free, at once on this
     /// thread: the work under it is a few reads and a rename in a local directory (tens of
     /// microseconds), and handing it to a blocking-pool thread cost more than the work (a new
@@ -166,12 +160,8 @@ impl FileStore {
     /// for it at once (in 320 K=8 handoffs that started about 180 threads, one per run,
     /// each costing more CPU than the pauses). After those 0.3 ms the wait goes to a
     /// blocking thread, which the engine's per-store timeout bounds (a holder of the flock
-    /// frozen by SIGSTOP cannot stall the runtime).
-    async fn locked<T, F>(&self, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Dir) -> StoreResult<T> + Send + 'static,
-    {
+    /// frozen by SIGSTOP cannot stall the runtime); the work runs here once it has the flock.
+    async fn locked<T>(&self, f: impl FnOnce(&Dir) -> StoreResult<T>) -> StoreResult<T> {
         let lock_path = self.0.dir.join(".lock");
         let file = self
             .0
@@ -187,24 +177,24 @@ impl FileStore {
                 Err(e) => return Err(io_err("cannot lock", &lock_path, e)),
             }
         }
-        let dir = self.0.clone();
-        tokio::task::spawn_blocking(move || {
-            flock(&file, true).map_err(|e| io_err("cannot lock", &lock_path, e))?;
-            dir.recover()?;
-            f(&dir)
-            // The flock goes with `file` when it is dropped here.
-        })
-        .await
-        .map_err(|e| StoreError::protocol(format!("file store task failed: {e}")))?
+        let path = lock_path.clone();
+        // The flock goes with `file` when it is dropped: at the end of this call, or on the
+        // blocking thread if this call was dropped (timed out) before it got there.
+        let file = tokio::task::spawn_blocking(move || flock(&file, true).map(|_| file))
+            .await
+            .map_err(|e| StoreError::protocol(format!("file store task failed: {e}")))?
+            .map_err(|e| io_err("cannot lock", &path, e))?;
+        let answer = self.0.recover().and_then(|()| f(&self.0));
+        drop(file);
+        answer
     }
 
     /// After a change: wake whom it may admit, once the namespace's flock is let go. Woken
     /// under it, the first of them would find the flock still held and wait for it on a
     /// blocking thread, started for the purpose.
-    fn woken<T>(&self, (answer, wake): (T, ops::Wake)) -> T {
+    fn woken(&self, wake: ops::Wake) {
         self.0.ring(&wake.bells);
         self.0.wake(wake.names.iter().map(String::as_str));
-        answer
     }
 }
 
@@ -327,40 +317,6 @@ impl Dir {
             touch(&self.path(name));
         }
     }
-
-    fn describe_holder(h: &Record, now: u64) -> Holder {
-        Holder {
-            owner: crate::names::owner_id(&h.token),
-            mode: Mode::from_code(&h.mode).unwrap_or(Mode::Exclusive),
-            fence: h.fence,
-            ttl_left_ms: h.deadline.saturating_sub(now) / 1_000_000,
-            meta: crate::meta::parse(&h.meta),
-        }
-    }
-
-    fn state_view(&self, name: &str, mut st: State) -> LockState {
-        let now = now_ns();
-        st.purge(now, &self.boot);
-        LockState {
-            name: name.to_string(),
-            holders: st
-                .holders
-                .iter()
-                .map(|h| Self::describe_holder(h, now))
-                .collect(),
-            waiters: st
-                .live_waiters(&self.dir)
-                .into_iter()
-                .map(|w| Waiter {
-                    owner: crate::names::owner_id(&w.token),
-                    mode: Mode::from_code(&w.mode).unwrap_or(Mode::Exclusive),
-                    meta: crate::meta::parse(&w.meta(&self.dir)),
-                })
-                .collect(),
-            fence: st.fence,
-            previous: Previous::parse(&st.previous),
-        }
-    }
 }
 
 /// Set a file's times to now: the IN_ATTRIB a waiter's watch asks for. A failure is left
@@ -396,161 +352,126 @@ fn flock(file: &File, wait: bool) -> io::Result<bool> {
 }
 
 #[async_trait]
-impl Store for FileStore {
-    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
-        self.doctor(query)
-    }
-
+impl Backend for Files {
     fn describe(&self) -> &str {
         &self.0.desc
+    }
+
+    /// The host's CLOCK_BOOTTIME in nanoseconds; a fair line whose waiters live as long as
+    /// their bells (see `waiters`); a directory a reboot or a hand may empty.
+    fn rules(&self) -> Rules {
+        Rules {
+            tick: Duration::from_nanos(1),
+            line: Line::Fair,
+            waiter_ttl: None,
+            forgetful: true,
+        }
+    }
+
+    fn reached(&self) -> bool {
+        false
     }
 
     fn local(&self) -> bool {
         true
     }
 
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        self.doctor(query)
+    }
+
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.record_shard_list(tag, write).await
     }
 
-    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
-        Ok(self.attempt(req, queue).await?.0)
+    async fn transact(
+        &self,
+        names: &[String],
+        _create: bool,
+        decide: Decide<'_>,
+    ) -> StoreResult<()> {
+        let wake = self.locked(|dir| dir.transact(names, decide)).await?;
+        self.woken(wake);
+        Ok(())
     }
 
-    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
-        if let Some(busy) = self.0.busy_at_a_glance(req, queue) {
-            return Ok(busy);
+    fn waiter_alive(&self, row: &WaiterRow) -> bool {
+        waiters::alive(&self.0.dir, &waiters::bell_name(&row.token))
+    }
+
+    /// Whole-file renames make a read without the flock consistent; a multi-name change in
+    /// flight (or left by a killed process) is read from its journal. An attempt whose bell
+    /// rang, or that is not queued yet, goes straight to the flock: a look would only say
+    /// so, at the cost of a read of the whole queue, on the handoff's path.
+    fn peek(&self, names: &[String], attempt: Option<(&str, bool)>) -> Option<(i64, Vec<Rows>)> {
+        if let Some((token, true)) = attempt
+            && self.0.straight_in(token)
+        {
+            return None;
         }
-        let req = req.clone();
-        let answer = self.locked(move |fs| fs.attempt(&req, queue)).await?;
-        Ok(self.woken(answer))
-    }
-
-    async fn mark(&self, names: &[String]) -> StoreResult<()> {
-        let names = names.to_vec();
-        self.locked(move |fs| {
-            let mut changed = Vec::new();
-            for name in &names {
-                let mut st = fs.read(name)?;
-                if !st.mark {
-                    st.mark = true;
-                    changed.push((name.clone(), st));
+        let now = now_ns() as i64;
+        let mut rows = Vec::with_capacity(names.len());
+        for name in names {
+            let mut r = self.0.rows(name, self.0.read_settled(name).ok()?);
+            if attempt.is_none() {
+                // For `inspect`: each waiter's metadata, from beside its bell.
+                for x in &mut r.waiters {
+                    x.meta = waiters::meta(&self.0.dir, &x.token, &x.meta);
                 }
             }
-            fs.commit(&changed)
-        })
-        .await
+            rows.push(r);
+        }
+        Some((now, rows))
     }
 
-    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+    fn ready_to_wait(&self, req: &Acquire) -> bool {
+        self.0.queue_ready(&req.token, &req.meta)
+    }
+
+    fn done(&self, token: &str) {
+        self.0.drop_bell(token);
+    }
+
+    /// The namespace's directory deleted: its leases went with it. Nothing is created again
+    /// (`locked` makes only the flock file, inside the directory).
+    fn renew_failed(&self, e: StoreError) -> StoreError {
+        if e.kind() != ErrorKind::LeaseGone && self.0.deleted() {
+            return StoreError::lease_gone(format!(
+                "the lease is gone: the store's directory {} was deleted",
+                self.0.dir.display()
+            ));
+        }
+        e
+    }
+
+    /// Never called: the engine listens through `listen_for`, which knows the names.
+    async fn listen(&self, _token: &str) -> StoreResult<Box<dyn Listener>> {
+        Err(StoreError::protocol("the file store listens for a request"))
+    }
+
+    async fn listen_for(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
         let files = req.names.iter().map(|n| file_name(n)).collect();
         let watch = watch::DirWatch::new(&self.0.dir, files, self.0.clone(), req.clone())
             .map_err(|e| io_err("cannot watch", &self.0.dir, e))?;
         Ok(Box::new(watch))
     }
 
-    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
-        let (names, token) = (names.to_vec(), token.to_string());
-        let renewed = self
-            .locked(move |fs| {
-                let now = now_ns();
-                let mut states = Vec::new();
-                for name in &names {
-                    let mut st = fs.read(name)?;
-                    match st
-                        .holders
-                        .iter_mut()
-                        .find(|h| h.token == token && h.deadline > now && st.boot == fs.boot)
-                    {
-                        Some(h) => h.deadline = now + ns(ttl),
-                        // Every end of a lease writes `previous`: none written, and no lease
-                        // of ours, means the state file was deleted (or replaced) under us.
-                        None if Previous::parse(&st.previous) == Previous::None => {
-                            return Err(StoreError::lease_gone(super::FORGOTTEN));
-                        }
-                        None => return Ok(false),
-                    }
-                    states.push((name.clone(), st));
-                }
-                fs.commit(&states)?;
-                Ok(true)
-            })
-            .await;
-        // The namespace's directory deleted: its leases went with it. Nothing is created
-        // again here (`locked` makes only the flock file, inside the directory).
-        match renewed {
-            Err(e) if e.kind() != ErrorKind::LeaseGone && self.0.deleted() => {
-                Err(StoreError::lease_gone(format!(
-                    "the lease is gone: the store's directory {} was deleted",
-                    self.0.dir.display()
-                )))
-            }
-            other => other,
-        }
-    }
-
-    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
-        let (names, token) = (names.to_vec(), token.to_string());
-        let answer = self
-            .locked(move |fs| fs.release(&names, &token, outcome))
-            .await?;
-        Ok(self.woken(answer))
-    }
-
-    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        let names = names.to_vec();
-        let answer = self.locked(move |fs| fs.force_release(&names)).await?;
-        Ok(self.woken(answer))
-    }
-
-    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        let (names, fences) = (names.to_vec(), fences.to_vec());
-        self.locked(move |fs| {
-            let mut changed = Vec::new();
-            for (name, &fence) in names.iter().zip(&fences) {
-                let mut st = fs.read(name)?;
-                if st.fence < fence {
-                    st.fence = fence;
-                    changed.push((name.clone(), st));
-                }
-            }
-            fs.commit(&changed)
-        })
-        .await
-    }
-
-    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
-        // Whole-file renames make a read without the flock consistent; a multi-name change
-        // in flight (or left by a killed process) is read from its journal.
-        let st = self.0.read_settled(name)?;
-        Ok(self.0.state_view(name, st))
-    }
-
-    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
+    /// Every state file under the prefix (the engine keeps those with a live holder).
+    async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
         let fs = &self.0;
         let entries = fs::read_dir(&fs.dir).map_err(|e| io_err("cannot list", &fs.dir, e))?;
-        let mut out = Vec::new();
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            let Some(name) = file.to_str().and_then(|f| fs.name_in(f)) else {
-                continue;
-            };
-            if !name.starts_with(prefix) {
-                continue;
-            }
-            let view = fs.state_view(&name, fs.read_settled(&name)?);
-            if !view.holders.is_empty() {
-                out.push(view);
-            }
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str().and_then(|f| fs.name_in(f)))
+            .filter(|name| name.starts_with(prefix))
+            .collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{Attempt, Store};
 
     /// Another process holding the namespace's flock (one frozen mid-write, say) holds up
     /// the operation, not the runtime: timers go on, and the operation is granted once the

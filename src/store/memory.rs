@@ -1,11 +1,12 @@
 //! An in-memory store: every lock of one store behind one mutex, for the engine's unit tests
-//! and as the reference the conformance suite is checked against.
+//! and as the reference the conformance suite is checked against. A backend of the record
+//! engine (`store::record`), so it keeps the same rules as the file and SQL stores.
 //!
 //! Time is `tokio::time::Instant`, the engine's own clock, so a test on a paused runtime
 //! (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) moves leases, timeouts and
-//! back-offs together and deterministically. Like the file store and Redis it keeps no queue:
-//! a grant is the mode rule over the live holders, and a queued attempt only registers the
-//! waiter (shown by `inspect`, removed by its release or its grant).
+//! back-offs together and deterministically. Its waiters stand in a loose line and never
+//! expire: a queued attempt only registers the waiter (shown by `inspect`, removed by its
+//! release or its grant).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,79 +16,142 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{
-    Acquire, Attempt, Granted, Holder, Listener, LockState, Mode, Outcome, Previous, Recall, Store,
-    StoreResult, TagWrite, Waiter, fence_floor_now,
-};
+use super::record::rules::{Line, Rows, Rules, Write};
+use super::record::{Backend, Decide, RecordStore};
+use super::{Acquire, Attempt, Listener, LockState, Outcome, Recall, Store, StoreResult, TagWrite};
 
 /// A handle on one in-memory store; clones share the same locks (two clients of one store).
 #[derive(Clone)]
-pub struct MemoryStore {
+pub struct MemoryStore(Arc<RecordStore<Memory>>);
+
+/// The records of one in-memory store.
+pub struct Memory {
     desc: String,
+    /// The clock's zero: `now` is the nanoseconds since.
+    base: Instant,
     /// One lock over every name, so a multi-name grant is atomic as the contract asks.
-    locks: Arc<Mutex<BTreeMap<String, Lock>>>,
-    /// Bumped on every release: listeners wake when it moves past what they saw.
-    releases: Arc<watch::Sender<u64>>,
+    records: Mutex<BTreeMap<String, Rows>>,
+    /// Bumped on every change that may admit someone: listeners wake when it moves past
+    /// what they saw.
+    releases: watch::Sender<u64>,
     /// The shard-list record (`Store::shard_list`), apart from the locks.
-    shard_list: Arc<Mutex<Option<String>>>,
-}
-
-#[derive(Default)]
-struct Lock {
-    /// The last fence handed out (or raised to).
-    fence: u64,
-    previous: Previous,
-    holders: Vec<Hold>,
-    waiters: Vec<(String, Mode)>,
-    /// The engine's marker (`Store::mark`): gone with everything else when the store forgets.
-    marked: bool,
-}
-
-struct Hold {
-    token: String,
-    mode: Mode,
-    fence: u64,
-    deadline: Instant,
-    meta: String,
-}
-
-impl Lock {
-    /// Drop holders whose time is up, remembering that one expired (inside the grant).
-    fn purge(&mut self, now: Instant) {
-        let before = self.holders.len();
-        self.holders.retain(|h| h.deadline > now);
-        if self.holders.len() < before {
-            self.previous = Previous::Expired;
-        }
-    }
-
-    fn live(&self, now: Instant) -> impl Iterator<Item = &Hold> {
-        self.holders.iter().filter(move |h| h.deadline > now)
-    }
-
-    fn recall(&self, now: Instant) -> Recall {
-        Recall {
-            marked: self.marked,
-            horizon: self
-                .live(now)
-                .map(|h| h.deadline - now)
-                .max()
-                .unwrap_or_default(),
-        }
-    }
+    shard_list: Mutex<Option<String>>,
 }
 
 impl MemoryStore {
     pub fn new(desc: impl Into<String>) -> MemoryStore {
-        MemoryStore {
+        MemoryStore(Arc::new(RecordStore::new(Memory {
             desc: desc.into(),
-            locks: Arc::default(),
-            releases: Arc::new(watch::channel(0).0),
-            shard_list: Arc::default(),
+            base: Instant::now(),
+            records: Mutex::default(),
+            releases: watch::channel(0).0,
+            shard_list: Mutex::default(),
+        })))
+    }
+
+    fn records(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Rows>> {
+        // A panic in one test must not hide the state from the next assertion.
+        self.0
+            .backend
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The same store with the engine's marker set on `name`, as a store in use for a while
+    /// has it (tests of the engine's other rules start from there).
+    pub fn remembering(self, name: &str) -> MemoryStore {
+        self.records()
+            .entry(name.to_string())
+            .or_insert_with(|| empty(name))
+            .marked = true;
+        self
+    }
+
+    /// Lose every lock, fence counter and marker at once, as a server restarted without its
+    /// data would (the shard-list record too). For tests of what a store that forgot does.
+    pub fn forget(&self) {
+        self.records().clear();
+        *self
+            .0
+            .backend
+            .shard_list
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        self.0.backend.releases.send_modify(|n| *n += 1);
+    }
+}
+
+fn empty(name: &str) -> Rows {
+    Rows {
+        name: name.to_string(),
+        ..Rows::default()
+    }
+}
+
+#[async_trait]
+impl Backend for Memory {
+    fn describe(&self) -> &str {
+        &self.desc
+    }
+
+    fn rules(&self) -> Rules {
+        Rules {
+            tick: Duration::from_nanos(1),
+            line: Line::Loose,
+            waiter_ttl: None,
+            forgetful: true,
         }
     }
 
-    fn record_shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+    fn reached(&self) -> bool {
+        false
+    }
+
+    async fn transact(
+        &self,
+        names: &[String],
+        _create: bool,
+        decide: Decide<'_>,
+    ) -> StoreResult<()> {
+        let now = i64::try_from((Instant::now() - self.base).as_nanos()).unwrap_or(i64::MAX);
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rows: Vec<Rows> = names
+            .iter()
+            .map(|n| records.get(n).cloned().unwrap_or_else(|| empty(n)))
+            .collect();
+        let decision = decide(now, &mut rows);
+        let mut wake = false;
+        for w in &decision.writes {
+            let name = match w {
+                Write::Wake { .. } => {
+                    wake = true;
+                    continue;
+                }
+                Write::DeleteHolder { name, .. } | Write::DeleteWaiter { name, .. } => {
+                    wake = true;
+                    name
+                }
+                Write::Record { name, .. }
+                | Write::PutHolder { name, .. }
+                | Write::PutWaiter { name, .. } => name,
+            };
+            if let Some(r) = rows.iter().find(|r| &r.name == name) {
+                records.insert(name.clone(), r.clone());
+            }
+        }
+        if wake {
+            self.releases.send_modify(|n| *n += 1);
+        }
+        Ok(())
+    }
+
+    async fn listen(&self, _token: &str) -> StoreResult<Box<dyn Listener>> {
+        // A new receiver has seen the current count: only later changes wake it.
+        Ok(Box::new(Released(self.releases.subscribe())))
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         let mut record = self.shard_list.lock().unwrap_or_else(|p| p.into_inner());
         if write == TagWrite::Read {
             return Ok(record.clone().unwrap_or_default());
@@ -98,247 +162,63 @@ impl MemoryStore {
         Ok(record.clone().unwrap_or_default())
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, Lock>) -> T) -> T {
-        // A panic in one test must not hide the state from the next assertion.
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut locks)
-    }
-
-    /// The same store with the engine's marker set on `name`, as a store in use for a while
-    /// has it (tests of the engine's other rules start from there).
-    pub fn remembering(self, name: &str) -> MemoryStore {
-        self.with(|locks| locks.entry(name.to_string()).or_default().marked = true);
-        self
-    }
-
-    /// Lose every lock, fence counter and marker at once, as a server restarted without its
-    /// data would (the shard-list record too). For tests of what a store that forgot does.
-    pub fn forget(&self) {
-        self.with(|locks| locks.clear());
-        *self.shard_list.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.woke();
-    }
-
-    fn woke(&self) {
-        self.releases.send_modify(|n| *n += 1);
-    }
-
-    fn state(name: &str, l: &Lock, now: Instant) -> LockState {
-        let mut holders: Vec<Holder> = l
-            .live(now)
-            .map(|h| Holder {
-                owner: crate::names::owner_id(&h.token),
-                mode: h.mode,
-                fence: h.fence,
-                ttl_left_ms: (h.deadline - now).as_millis() as u64,
-                meta: crate::meta::parse(&h.meta),
-            })
-            .collect();
-        holders.sort_by_key(|h| h.fence);
-        LockState {
-            name: name.to_string(),
-            holders,
-            waiters: l
-                .waiters
-                .iter()
-                .map(|(t, m)| Waiter {
-                    owner: crate::names::owner_id(t),
-                    mode: *m,
-                    meta: serde_json::Value::Null,
-                })
-                .collect(),
-            fence: l.fence,
-            previous: l.previous,
-        }
+    async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(records
+            .iter()
+            .filter(|(n, r)| n.starts_with(prefix) && !r.holders.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect())
     }
 }
 
-#[async_trait]
-impl Store for MemoryStore {
-    fn describe(&self) -> &str {
-        &self.desc
-    }
-
-    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
-        self.record_shard_list(tag, write)
-    }
-
-    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
-        Ok(self.attempt(req, queue).await?.0)
-    }
-
-    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
-        let now = Instant::now();
-        Ok(self.with(|locks| {
-            let mut soonest: Option<Duration> = None;
-            let mut busy = false;
-            let mut recall = Vec::with_capacity(req.names.len());
-            for (name, mode) in req.each() {
-                let l = locks.entry(name.clone()).or_default();
-                l.purge(now);
-                recall.push(l.recall(now));
-                if !mode.admits(l.holders.iter().map(|h| h.mode)) {
-                    busy = true;
-                    if let Some(left) = l.holders.iter().map(|h| h.deadline - now).min() {
-                        soonest = Some(soonest.map_or(left, |s| s.min(left)));
-                    }
-                }
-            }
-            if busy {
-                if queue {
-                    for (name, mode) in req.each() {
-                        let l = locks.get_mut(name).expect("entered above");
-                        if !l.waiters.iter().any(|(t, _)| *t == req.token) {
-                            l.waiters.push((req.token.clone(), mode));
-                        }
-                    }
-                }
-                let busy = Attempt::Busy {
-                    retry_after: soonest,
-                };
-                return (busy, recall);
-            }
-            let granted = req
-                .each()
-                .map(|(name, mode)| {
-                    let l = locks.get_mut(name).expect("entered above");
-                    l.waiters.retain(|(t, _)| *t != req.token);
-                    l.fence = (l.fence + 1).max(fence_floor_now());
-                    l.holders.push(Hold {
-                        token: req.token.clone(),
-                        mode,
-                        fence: l.fence,
-                        deadline: now + req.ttl,
-                        meta: req.meta.clone(),
-                    });
-                    Granted {
-                        fence: l.fence,
-                        previous: l.previous,
-                        started: None,
-                    }
-                })
-                .collect();
-            (Attempt::Granted(granted), recall)
-        }))
-    }
-
-    async fn mark(&self, names: &[String]) -> StoreResult<()> {
-        self.with(|locks| {
-            for n in names {
-                locks.entry(n.clone()).or_default().marked = true;
-            }
-        });
-        Ok(())
-    }
-
-    async fn listen(&self, _req: &Acquire) -> StoreResult<Box<dyn Listener>> {
-        // A new receiver has seen the current count: only later releases wake it.
-        Ok(Box::new(Released(self.releases.subscribe())))
-    }
-
-    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
-        let now = Instant::now();
-        Ok(self.with(|locks| {
-            let holds = |l: &Lock| l.live(now).any(|h| h.token == token);
-            if !names.iter().all(|n| locks.get(n).is_some_and(holds)) {
-                return false;
-            }
-            for n in names {
-                let l = locks.get_mut(n).expect("checked above");
-                for h in l.holders.iter_mut().filter(|h| h.token == token) {
-                    h.deadline = now + ttl;
-                }
-            }
-            true
-        }))
-    }
-
-    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
-        let now = Instant::now();
-        let held = self.with(|locks| {
-            let mut held = false;
-            for n in names {
-                let Some(l) = locks.get_mut(n) else { continue };
-                l.waiters.retain(|(t, _)| t != token);
-                // The token's own lease out before the purge, which would take an expired
-                // one for a job's lease that ran out: a withdrawn attempt was none.
-                let (mine, others): (Vec<Hold>, _) = std::mem::take(&mut l.holders)
-                    .into_iter()
-                    .partition(|h| h.token == token);
-                l.holders = others;
-                l.purge(now);
-                if let Some(h) = mine.first() {
-                    held |= h.deadline > now;
-                    if let Some(p) = outcome.ends(h.deadline > now) {
-                        l.previous = p;
-                    }
-                }
-            }
-            held
-        });
-        self.woke();
-        Ok(held)
-    }
-
-    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        let now = Instant::now();
-        let held = self.with(|locks| {
-            let mut held = false;
-            for n in names {
-                let Some(l) = locks.get_mut(n) else { continue };
-                l.purge(now);
-                if !l.holders.is_empty() {
-                    l.holders.clear();
-                    // The holder did not finish by itself: its successor should know.
-                    l.previous = Previous::Expired;
-                    held = true;
-                }
-            }
-            held
-        });
-        self.woke();
-        Ok(held)
-    }
-
-    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        self.with(|locks| {
-            for (n, &f) in names.iter().zip(fences) {
-                let l = locks.entry(n.clone()).or_default();
-                l.fence = l.fence.max(f);
-            }
-        });
-        Ok(())
-    }
-
-    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
-        let now = Instant::now();
-        Ok(self.with(|locks| match locks.get(name) {
-            Some(l) => Self::state(name, l, now),
-            None => LockState {
-                name: name.to_string(),
-                ..LockState::default()
-            },
-        }))
-    }
-
-    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
-        let now = Instant::now();
-        Ok(self.with(|locks| {
-            locks
-                .iter()
-                .filter(|(n, l)| n.starts_with(prefix) && l.live(now).next().is_some())
-                .map(|(n, l)| Self::state(n, l, now))
-                .collect()
-        }))
-    }
-}
-
-/// Wakes on the next release anywhere in the store (spurious wake-ups are allowed).
+/// Wakes on the next change anywhere in the store (spurious wake-ups are allowed).
 struct Released(watch::Receiver<u64>);
 
 #[async_trait]
 impl Listener for Released {
     async fn changed(&mut self, max: Duration) {
         let _ = tokio::time::timeout(max, self.0.changed()).await;
+    }
+}
+
+/// The record engine's store, shared by the clones.
+#[async_trait]
+impl Store for MemoryStore {
+    fn describe(&self) -> &str {
+        self.0.describe()
+    }
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        self.0.shard_list(tag, write).await
+    }
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        self.0.try_acquire(req, queue).await
+    }
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        self.0.attempt(req, queue).await
+    }
+    async fn mark(&self, names: &[String]) -> StoreResult<()> {
+        self.0.mark(names).await
+    }
+    async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        self.0.listen(req).await
+    }
+    async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
+        self.0.renew(names, token, ttl).await
+    }
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
+        self.0.release(names, token, outcome).await
+    }
+    async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
+        self.0.force_release(names).await
+    }
+    async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
+        self.0.raise_fence(names, fences).await
+    }
+    async fn inspect(&self, name: &str) -> StoreResult<LockState> {
+        self.0.inspect(name).await
+    }
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
+        self.0.list(prefix).await
     }
 }

@@ -23,6 +23,7 @@ pub(crate) mod file;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod queue;
+pub(crate) mod record;
 pub mod redis;
 pub(crate) mod sql;
 pub(crate) mod tls;

@@ -1,5 +1,6 @@
 //! The queue rule of the stores that keep a FIFO queue (etcd revisions, ZooKeeper sequence
-//! nodes): who may hold next, given the entries ahead, and whose going to wait for.
+//! nodes, the record engine's fair line that the file store keeps): who may hold next, given
+//! the entries ahead, and whose going to wait for.
 //!
 //! An entry may hold when its mode admits every entry ahead of it (`Mode::admits`), holders
 //! and waiters alike: a waiter ahead will hold before us, which is what makes the queue fair,

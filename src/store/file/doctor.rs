@@ -8,13 +8,13 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::FileStore;
+use super::Files;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult};
 
 /// `statfs`' f_type of a tmpfs (linux/magic.h).
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
-impl FileStore {
+impl Files {
     pub(super) fn doctor(&self, _q: HealthQuery) -> StoreResult<Health> {
         let mut h = Health::default();
         h.findings.push(Finding::new(
@@ -70,7 +70,7 @@ impl FileStore {
     }
 }
 
-impl FileStore {
+impl Files {
     fn host_finding(&self, root: &Path) -> Finding {
         let record = root.join(super::host::RECORD);
         let this = super::host::Host::this();

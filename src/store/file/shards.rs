@@ -5,10 +5,10 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use super::{FileStore, io_err};
+use super::{Files, io_err};
 use crate::store::{StoreResult, TagWrite};
 
-impl FileStore {
+impl Files {
     pub(super) async fn record_shard_list(
         &self,
         tag: &str,

@@ -2,9 +2,10 @@
 //! release.
 //!
 //! A state file lists its waiters (`Entry`) in ticket order, behind its holders, and the
-//! stores' queue rule (`store::queue::turn`) decides who may hold: a request is granted when
-//! its mode admits every holder and every waiter ahead of it, so nobody passes an earlier
-//! waiter, and a `--shared` request that comes after a queued exclusive one waits behind it.
+//! record engine's fair line (`record::rules::Line::Fair`) decides who may hold: a request is
+//! granted when its mode admits every holder and every waiter ahead of it, so nobody passes
+//! an earlier waiter, and a `--shared` request that comes after a queued exclusive one waits
+//! behind it. This module keeps the line's waiters alive and rings them.
 //!
 //! Each waiting process has a bell: a named pipe in `.q/` that it keeps open for reading (and
 //! writing, so no writer's going reads as an end) for as long as it waits, and watches. A
@@ -28,9 +29,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
-use super::{Dir, State, names};
-use crate::store::queue::{Turn, turn};
-use crate::store::{Acquire, Mode};
+use super::{Dir, names};
 
 /// The bells' directory in the namespace's.
 pub(super) const BELLS: &str = ".q";
@@ -58,34 +57,19 @@ pub(super) struct Entry {
     pub meta: String,
 }
 
-impl Entry {
-    fn mode(&self) -> Mode {
-        Mode::from_code(&self.mode).unwrap_or(Mode::Exclusive)
+/// A waiter's metadata, for `inspect`: `stored` where an earlier version kept it in the
+/// entry, else from beside its bell ("" if it has none).
+pub(super) fn meta(dir: &Path, token: &str, stored: &str) -> String {
+    if !stored.is_empty() {
+        return stored.to_string();
     }
-
-    fn bell(&self) -> String {
-        bell_name(&self.token)
-    }
-
-    /// The waiter's metadata, for `inspect`: from beside its bell ("" if it has none).
-    pub(super) fn meta(&self, dir: &Path) -> String {
-        if !self.meta.is_empty() {
-            return self.meta.clone();
-        }
-        fs::read_to_string(meta_path(&dir.join(BELLS).join(self.bell()))).unwrap_or_default()
-    }
+    let bell = dir.join(BELLS).join(bell_name(token));
+    fs::read_to_string(meta_path(&bell)).unwrap_or_default()
 }
 
 /// A bell's file name: from the token, so every process finds it, without showing it.
-fn bell_name(token: &str) -> String {
+pub(super) fn bell_name(token: &str) -> String {
     names::hex(format!("bell:{token}").as_bytes())[..24].to_string()
-}
-
-/// Something ahead of a request: a holder (alive by its deadline) or a queued waiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ahead {
-    Holder,
-    Waiter(usize),
 }
 
 /// The bells this process holds, by token: made by its listener or by its first queued
@@ -116,142 +100,29 @@ fn meta_path(bell: &Path) -> PathBuf {
     bell.with_extension("meta")
 }
 
-/// What an attempt found on one name.
-pub(super) struct Verdict {
-    pub admitted: bool,
-    /// Kept out by a holder (so it may look again when that lease runs out), not a waiter.
-    pub by_holder: bool,
-    /// Dead waiters were dropped: the state changed.
-    pub dropped: bool,
-}
-
-impl State {
-    /// Whether `mode` may hold now for `token` (see the module's comment).
-    pub(super) fn verdict(&mut self, token: &str, mode: Mode, dir: &Path) -> Verdict {
-        let mut dropped = false;
-        loop {
-            let pos = self.position(token).unwrap_or(self.queue.len());
-            let ahead = self.ahead(pos);
-            let blockers: Vec<Ahead> = match turn(mode, &ahead) {
-                Turn::Hold => {
-                    return Verdict {
-                        admitted: true,
-                        by_holder: false,
-                        dropped,
-                    };
-                }
-                Turn::After(who) => vec![*who],
-                Turn::Slots(who) => who.into_iter().copied().collect(),
-            };
-            let dead = blockers.iter().rev().find_map(|b| match b {
-                Ahead::Waiter(i) if !alive(dir, &self.queue[*i].bell()) => Some(*i),
-                _ => None,
-            });
-            match dead {
-                Some(i) => {
-                    remove_bell(dir, &self.queue.remove(i).bell());
-                    dropped = true;
-                }
-                None => {
-                    return Verdict {
-                        admitted: false,
-                        by_holder: blockers.iter().all(|b| *b == Ahead::Holder),
-                        dropped,
-                    };
-                }
-            }
-        }
-    }
-
-    fn position(&self, token: &str) -> Option<usize> {
-        self.queue.iter().position(|e| e.token == token)
-    }
-
-    /// The holders, then the first `pos` waiters, each with its mode.
-    fn ahead(&self, pos: usize) -> Vec<(Ahead, Option<Mode>)> {
-        let holders = self.modes().map(|m| (Ahead::Holder, Some(m)));
-        let waiters = (0..pos).map(|i| (Ahead::Waiter(i), Some(self.queue[i].mode())));
-        holders.chain(waiters).collect()
-    }
-
-    /// The bells to ring after a change: the waiters from the head that may hold now, each
-    /// admitting the holders and those before it; dead ones on the way are dropped (so
-    /// `dropped` says the state changed). `except`: the token of the request making the
-    /// change, which needs no bell.
-    pub(super) fn admitted_run(&mut self, dir: &Path, except: &str) -> (Vec<String>, bool) {
-        let (mut ring, mut dropped, mut i) = (Vec::new(), false, 0);
-        while i < self.queue.len() {
-            if turn(self.queue[i].mode(), &self.ahead(i)) != Turn::Hold {
-                break;
-            }
-            let bell = self.queue[i].bell();
-            if !alive(dir, &bell) {
-                self.queue.remove(i);
-                remove_bell(dir, &bell);
-                dropped = true;
-                continue;
-            }
-            if self.queue[i].token != except {
-                ring.push(bell);
-            }
-            i += 1;
-        }
-        (ring, dropped)
-    }
-
-    /// Take `token`'s entry out of the queue; true if it was there.
-    pub(super) fn dequeue(&mut self, token: &str) -> bool {
-        let before = self.queue.len();
-        self.queue.retain(|e| e.token != token);
-        self.queue.len() < before
-    }
-
-    /// The live waiters in order (for `inspect`, without the flock: dead ones are skipped,
-    /// not dropped).
-    pub(super) fn live_waiters(&self, dir: &Path) -> Vec<&Entry> {
-        self.queue
-            .iter()
-            .filter(|e| alive(dir, &e.bell()))
-            .collect()
-    }
-}
-
 impl Dir {
-    /// Queue the request on every name it is not queued on yet, behind everyone there (under
-    /// the flock). False, queuing nothing, when it has no bell (one could not be made): it
-    /// then waits as before the queue, looking again after each release or poll.
-    pub(super) fn enqueue(&self, states: &mut [(String, State, bool)], req: &Acquire) -> bool {
-        if self.ring_for(&req.token, &req.meta).is_err() {
+    /// Make this process's bell for `token` (with `meta` beside it) and take it for queued:
+    /// only its grant or release drops it from now on. False if it could not be made: the
+    /// waiter then waits as before the queue, looking again after each release or poll.
+    pub(super) fn queue_ready(&self, token: &str, meta: &str) -> bool {
+        let mut bells = self.bells.0.lock().expect("bells lock");
+        if let Some(b) = bells.get_mut(token) {
+            b.queued = true;
+            return true;
+        }
+        drop(bells);
+        if self.ring_for(token, meta).is_err() {
             return false;
         }
-        if let Some(b) = self.bells.0.lock().expect("bells lock").get_mut(&req.token) {
+        if let Some(b) = self.bells.0.lock().expect("bells lock").get_mut(token) {
             b.queued = true;
         }
-        let mine = states
-            .iter()
-            .find_map(|(_, st, _)| st.position(&req.token).map(|i| st.queue[i].ticket));
-        let last = states
-            .iter()
-            .flat_map(|(_, st, _)| st.queue.iter().map(|e| e.ticket + 1))
-            .max()
-            .unwrap_or(0);
-        let ticket = mine.unwrap_or_else(|| super::now_ns().max(last));
-        for ((_, st, dirty), mode) in states.iter_mut().zip(req.modes.iter()) {
-            if st.position(&req.token).is_none() {
-                let at = st.queue.partition_point(|e| e.ticket < ticket);
-                st.queue.insert(
-                    at,
-                    Entry {
-                        ticket,
-                        token: req.token.clone(),
-                        mode: mode.code(),
-                        meta: String::new(),
-                    },
-                );
-                *dirty = true;
-            }
-        }
         true
+    }
+
+    /// Whether this process holds a bell for `token`.
+    pub(super) fn has_bell(&self, token: &str) -> bool {
+        self.bells.0.lock().expect("bells lock").contains_key(token)
     }
 
     /// This process's bell for `token`, made if need be (with `meta` beside it): a
@@ -395,7 +266,7 @@ impl Dir {
 /// Whether the waiter behind a bell lives: someone reads its pipe. A bell that cannot be
 /// opened for another reason is taken for alive (the safe side: it is waited for, never
 /// skipped).
-fn alive(dir: &Path, bell: &str) -> bool {
+pub(super) fn alive(dir: &Path, bell: &str) -> bool {
     alive_at(&dir.join(BELLS).join(bell))
 }
 
@@ -426,7 +297,7 @@ fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
 }
 
 /// A dead waiter's bell, and its metadata with it.
-fn remove_bell(dir: &Path, bell: &str) {
+pub(super) fn remove_bell(dir: &Path, bell: &str) {
     let path = dir.join(BELLS).join(bell);
     let _ = fs::remove_file(&path);
     let _ = fs::remove_file(meta_path(&path));

@@ -307,7 +307,7 @@ pub(super) mod tests {
         let watch = super::DirWatch::new(
             &root.path().join("t"),
             [crate::store::file::file_name("h")].into_iter().collect(),
-            store.0.clone(),
+            store.backend.0.clone(),
             waiter,
         )
         .unwrap();

@@ -27,9 +27,10 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row, SslOpts, Value};
 
+use super::record::rules::{HolderRow, Rows, WaiterRow, Write};
+use super::record::{Backend, Decide, RecordStore as SqlStore};
 use super::server::ServerUrl;
-use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
-use super::sql::{Backend, Decide, SqlStore, UrlOptions, redial};
+use super::sql::{UrlOptions, redial};
 use super::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 use bell::Bells;
 use schema::{Sql, classify};

@@ -27,9 +27,10 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio_postgres::types::{FromSql, ToSql, Type, accepts};
 use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
+use super::record::rules::{HolderRow, Rows, WaiterRow, Write};
+use super::record::{Backend, Decide, RecordStore as SqlStore};
 use super::server::ServerUrl;
-use super::sql::rules::{HolderRow, Rows, WaiterRow, Write};
-use super::sql::{Backend, Decide, SqlStore, UrlOptions, redial};
+use super::sql::{UrlOptions, redial};
 use super::{ErrorKind, Health, HealthQuery, Listener, StoreResult, TagWrite};
 use schema::{Sql, classify};
 use wake::Wakeups;

@@ -24,12 +24,12 @@ async fn granted(store: &FileStore, req: &Acquire) -> bool {
 /// A waiter as the engine makes one: its listener, then its queued attempt (busy).
 async fn queue(store: &FileStore, req: &Acquire) -> DirWatch {
     let watch = DirWatch::new(
-        &store.0.dir,
+        &store.backend.0.dir,
         req.names
             .iter()
             .map(|n| super::names::file_name(n))
             .collect(),
-        store.0.clone(),
+        store.backend.0.clone(),
         req.clone(),
     )
     .unwrap();
@@ -152,7 +152,15 @@ async fn a_dead_waiter_is_passed_over() {
     let gone = queue(&store, &dead).await;
     let watch = queue(&store, &next).await;
     // What a killed process leaves: its entry, and its bell that nobody reads.
-    let bell = store.0.bells.0.lock().unwrap().remove(&dead.token).unwrap();
+    let bell = store
+        .backend
+        .0
+        .bells
+        .0
+        .lock()
+        .unwrap()
+        .remove(&dead.token)
+        .unwrap();
     let path = bell.path.clone();
     drop(bell);
     drop(gone);

@@ -1,0 +1,277 @@
+//! The rules on their own: each grant, renewal, release and view on rows in memory.
+
+use super::*;
+
+fn rows(name: &str) -> Rows {
+    Rows {
+        name: name.into(),
+        previous: "none".into(),
+        ..Rows::default()
+    }
+}
+
+struct Yes;
+impl Lives for Yes {
+    fn alive(&self, _: &WaiterRow) -> bool {
+        true
+    }
+}
+
+/// The SQL stores' rules at `now`.
+fn cx(now: i64) -> Ctx<'static> {
+    Ctx {
+        now,
+        rules: &Rules::SQL,
+        alive: &Yes,
+    }
+}
+
+fn req<'a>(token: &'a str, mode: Mode, queue: bool) -> GrantRequest<'a> {
+    // As many as any test's rows, all in the one mode.
+    let modes: &'static [Mode] = match mode {
+        Mode::Exclusive => &[Mode::Exclusive; 3],
+        Mode::Shared => &[Mode::Shared; 3],
+        Mode::Limit(k) => Vec::leak(vec![Mode::Limit(k); 3]),
+    };
+    GrantRequest {
+        token,
+        modes,
+        ttl: 1000,
+        meta: "{}",
+        queue,
+        bell: 7,
+    }
+}
+
+/// The rules change `rows` in place; the writes they return must say the same.
+fn assert_writes_match(rows: &[Rows], writes: &[Write]) {
+    for wr in writes {
+        match wr {
+            Write::PutHolder { name, row } => {
+                let r = rows.iter().find(|r| &r.name == name).unwrap();
+                assert!(r.holders.contains(row), "{wr:?}");
+            }
+            Write::DeleteHolder { name, token } => {
+                let r = rows.iter().find(|r| &r.name == name).unwrap();
+                assert!(!r.holders.iter().any(|h| &h.token == token), "{wr:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn exclusive_grant_bumps_the_fence_and_blocks_the_next() {
+    let mut rs = vec![rows("a")];
+    let (o, w) = grant(&mut rs, &cx(100), &req("t1", Mode::Exclusive, false));
+    assert_writes_match(&rs, &w);
+    let Outcome::Granted(g) = o else { panic!() };
+    assert_eq!(g[0].fence, 1);
+    assert_eq!(g[0].previous, Previous::None);
+    assert!(w.contains(&Write::Record {
+        name: "a".into(),
+        fence: 1,
+        previous: "none".into(),
+        wseq: 0
+    }));
+    let (o, _) = grant(&mut rs, &cx(200), &req("t2", Mode::Exclusive, false));
+    assert_eq!(o, Outcome::Busy(Some(900)));
+}
+
+#[test]
+fn an_expired_holder_is_dropped_inside_the_grant_and_reported() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    let (o, w) = grant(&mut rs, &cx(1000), &req("t2", Mode::Exclusive, false));
+    let Outcome::Granted(g) = o else { panic!() };
+    assert_eq!((g[0].fence, g[0].previous), (2, Previous::Expired));
+    assert!(w.contains(&Write::DeleteHolder {
+        name: "a".into(),
+        token: "t1".into()
+    }));
+}
+
+#[test]
+fn release_checks_the_owner_and_says_released() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    let (held, w) = release(&mut rs, &cx(10), "stale", End::Released);
+    assert!(!held);
+    assert!(w.is_empty());
+    let (held, _) = release(&mut rs, &cx(10), "t1", End::Released);
+    assert!(held);
+    let (o, _) = grant(&mut rs, &cx(20), &req("t2", Mode::Exclusive, false));
+    let Outcome::Granted(g) = o else { panic!() };
+    assert_eq!(g[0].previous, Previous::Released);
+}
+
+#[test]
+fn a_failed_end_is_recorded_and_a_withdrawal_leaves_it() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    release(&mut rs, &cx(10), "t1", End::Failed(Some(2)));
+    assert_eq!(rs[0].previous, "failed:2");
+    grant(&mut rs, &cx(20), &req("w", Mode::Exclusive, false));
+    let (held, w) = release(&mut rs, &cx(30), "w", End::Withdrawn);
+    assert!(held);
+    assert!(
+        !w.iter().any(|w| matches!(w, Write::Record { .. })),
+        "{w:?}"
+    );
+    let (o, _) = grant(&mut rs, &cx(40), &req("t2", Mode::Exclusive, false));
+    let Outcome::Granted(g) = o else { panic!() };
+    assert_eq!(g[0].previous, Previous::Failed(Some(2)));
+}
+
+#[test]
+fn renew_needs_every_name_held_and_live() {
+    let mut rs = vec![rows("a"), rows("b")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    assert_ne!(renew(&mut rs, 10, "t2", 1000).0, Renewal::Renewed);
+    let (ok, w) = renew(&mut rs, 10, "t1", 5000);
+    assert_eq!(ok, Renewal::Renewed);
+    assert_eq!(w.len(), 2);
+    assert!(rs.iter().all(|r| r.holders[0].expires == 5010));
+    assert_ne!(
+        renew(&mut rs, 5010, "t1", 1000).0,
+        Renewal::Renewed,
+        "expired: no renewal"
+    );
+}
+
+#[test]
+fn several_names_are_granted_all_or_none() {
+    let mut rs = vec![rows("a"), rows("b")];
+    let mut b_only = vec![rows("b")];
+    grant(&mut b_only, &cx(0), &req("t0", Mode::Exclusive, false));
+    rs[1] = b_only.pop().unwrap();
+    let (o, w) = grant(&mut rs, &cx(10), &req("t1", Mode::Exclusive, false));
+    assert!(matches!(o, Outcome::Busy(_)));
+    assert!(!w.iter().any(|w| matches!(w, Write::PutHolder { .. })));
+    assert!(rs[0].holders.is_empty());
+}
+
+#[test]
+fn sharers_share_limits_count_and_exclusive_waits() {
+    let mut rs = vec![rows("a")];
+    for t in ["s1", "s2"] {
+        assert!(matches!(
+            grant(&mut rs, &cx(0), &req(t, Mode::Shared, false)).0,
+            Outcome::Granted(_)
+        ));
+    }
+    assert!(matches!(
+        grant(&mut rs, &cx(0), &req("x", Mode::Exclusive, false)).0,
+        Outcome::Busy(_)
+    ));
+    let mut rs = vec![rows("b")];
+    for (t, ok) in [("l1", true), ("l2", true), ("l3", false)] {
+        let o = grant(&mut rs, &cx(0), &req(t, Mode::Limit(2), false)).0;
+        assert_eq!(matches!(o, Outcome::Granted(_)), ok, "{t}");
+    }
+}
+
+#[test]
+fn a_queued_waiter_is_woken_by_release_and_leaves_no_row() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    let (_, w) = grant(&mut rs, &cx(1), &req("w1", Mode::Exclusive, true));
+    assert!(w.iter().any(|w| matches!(w, Write::PutWaiter { .. })));
+    grant(&mut rs, &cx(2), &req("w2", Mode::Exclusive, true));
+    grant(&mut rs, &cx(3), &req("w1", Mode::Exclusive, true));
+    assert_eq!(rs[0].waiters.len(), 2);
+    assert_eq!(rs[0].wseq, 2, "a waiter coming back keeps its place");
+    let (_, w) = release(&mut rs, &cx(4), "t1", End::Released);
+    let wakes: Vec<_> = w
+        .iter()
+        .filter(|w| matches!(w, Write::Wake { .. }))
+        .collect();
+    assert_eq!(
+        wakes,
+        vec![&Write::Wake {
+            token: "w1".into(),
+            bell: 7
+        }]
+    );
+    grant(&mut rs, &cx(5), &req("w1", Mode::Exclusive, true));
+    assert_eq!(rs[0].waiters.len(), 1);
+    let (_, w) = release(&mut rs, &cx(6), "w2", End::Released);
+    assert!(w.contains(&Write::DeleteWaiter {
+        name: "a".into(),
+        token: "w2".into()
+    }));
+    assert!(rs[0].waiters.is_empty());
+}
+
+#[test]
+fn a_dead_waiter_is_skipped_and_dropped() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    grant(&mut rs, &cx(1), &req("dead", Mode::Exclusive, true));
+    grant(&mut rs, &cx(500), &req("live", Mode::Exclusive, true));
+    let (_, w) = release(&mut rs, &cx(2100), "t1", End::Released);
+    assert!(w.contains(&Write::Wake {
+        token: "live".into(),
+        bell: 7
+    }));
+    assert!(w.contains(&Write::DeleteWaiter {
+        name: "a".into(),
+        token: "dead".into()
+    }));
+}
+
+#[test]
+fn force_drops_holders_and_says_expired_raise_only_lifts() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    assert!(force(&mut rs, &cx(1)).0);
+    assert!(!force(&mut rs, &cx(1)).0);
+    assert_eq!(rs[0].previous, "expired");
+    assert_eq!(raise(&mut rs, &[10]).len(), 1);
+    assert!(raise(&mut rs, &[5]).is_empty());
+    let Outcome::Granted(g) = grant(&mut rs, &cx(2), &req("t2", Mode::Exclusive, false)).0 else {
+        panic!()
+    };
+    assert_eq!(g[0].fence, 11);
+}
+
+#[test]
+fn an_unreadable_mode_blocks_everyone() {
+    let mut rs = vec![rows("a")];
+    rs[0].holders.push(HolderRow {
+        token: "odd".into(),
+        mode: "?".into(),
+        fence: 1,
+        expires: 100,
+        meta: String::new(),
+    });
+    let o = grant(&mut rs, &cx(0), &req("s", Mode::Shared, false)).0;
+    assert!(matches!(o, Outcome::Busy(_)));
+}
+
+#[test]
+fn view_shows_only_the_live() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Shared, false));
+    grant(&mut rs, &cx(500), &req("t2", Mode::Shared, false));
+    let v = view(&rs[0], &cx(1200));
+    assert_eq!(v.holders.len(), 1);
+    assert_eq!(v.holders[0].ttl_left_ms, 300);
+    assert_eq!(v.fence, 2);
+}
+
+/// A release records its own end first, then drops whatever else expired, as the
+/// Redis script does: a sharer that ran out is what the next holder hears of.
+#[test]
+fn a_release_then_drops_the_expired_and_says_so() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("s1", Mode::Shared, false));
+    grant(&mut rs, &cx(900), &req("s2", Mode::Shared, false));
+    let (held, w) = release(&mut rs, &cx(1500), "s2", End::Released);
+    assert!(held);
+    assert!(w.contains(&Write::DeleteHolder {
+        name: "a".into(),
+        token: "s1".into()
+    }));
+    assert_eq!(rs[0].previous, "expired");
+}
