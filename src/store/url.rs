@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::kind::{Address, Kind, Location};
 use super::registry;
-use super::server::{parse_server, percent_decode};
+use super::server::{HostPort, ServerUrl, parse_server, percent_decode};
 use super::{Store, StoreError, StoreResult};
 
 /// A store URL: its kind, and where it points.
@@ -50,7 +50,7 @@ impl StoreUrl {
             (Address::Dir { open }, Location::Dir { dir, network }) => {
                 open(dir, namespace, *network)
             }
-            (Address::Hosts { open, .. }, Location::Server(server)) => {
+            (Address::Hosts { open, .. } | Address::Bucket { open }, Location::Server(server)) => {
                 open(server, namespace, timeout).await
             }
             // `parse` reads a URL as its kind's address says; only one built by hand differs.
@@ -132,6 +132,9 @@ pub fn parse_with_env(
             parse_server(&scheme, rest, *default_port, tls, *several, env)
                 .map_err(|e| format!("{shown:?}: {e}"))?,
         ),
+        Address::Bucket { .. } => Location::Server(
+            parse_bucket(&scheme, rest).map_err(|e| format!("{shown:?}: {e}"))?,
+        ),
     };
     Ok(StoreUrl { kind, at })
 }
@@ -160,6 +163,37 @@ fn parse_dir(shown: &str, scheme: &str, rest: &str) -> Result<Location, String> 
     })
 }
 
+/// `NAME[/PATH][?params]`, after `SCHEME://`: the bucket (lower-case letters, digits, `.` and
+/// `-`, 3 to 63 of them, as S3 and DynamoDB allow) as the one host, without a port.
+fn parse_bucket(scheme: &str, rest: &str) -> Result<ServerUrl, String> {
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (name, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let plain = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-';
+    if !(3..=63).contains(&name.len()) || !name.chars().all(plain) {
+        return Err(format!(
+            "{name:?} is not a bucket name (3 to 63 lower-case letters, digits, . and -); \
+             write {scheme}://BUCKET[/PREFIX]?region=R"
+        ));
+    }
+    let mut params = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        params.push((percent_decode(k)?, percent_decode(v)?));
+    }
+    Ok(ServerUrl {
+        scheme: scheme.to_string(),
+        tls: false,
+        hosts: vec![HostPort {
+            host: name.to_string(),
+            port: 0,
+        }],
+        user: None,
+        password: None,
+        path: percent_decode(path)?.trim_end_matches('/').to_string(),
+        params,
+    })
+}
+
 /// Hide the password of a URL we could not parse, so even an error never shows it.
 fn redact_raw(input: &str) -> String {
     let mut out = String::new();
@@ -184,6 +218,7 @@ mod tests {
         for scheme in super::registry::schemes().split(", ") {
             let url = match scheme {
                 "file://" => "file:///tmp".to_string(),
+                "s3://" => "s3://bucket/prefix?region=r".to_string(),
                 s => format!("{s}h:1/db"),
             };
             let url = url.replace(
@@ -206,7 +241,6 @@ mod tests {
         assert!(super::parse("memcached://h:1").is_err());
     }
 
-    use super::super::server::{HostPort, ServerUrl};
     use super::*;
 
     fn no_env(_: &str) -> Option<String> {
