@@ -19,7 +19,7 @@ pub mod server;
 
 // The adapters, each knowing the contract and nothing above it (`aws`: what the AWS-protocol
 // ones share).
-pub(crate) mod aws;
+pub mod aws;
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;

@@ -15,6 +15,9 @@ pub struct Bucket {
     pub root: String,
 }
 
+/// What a missing bucket's error says, after its name.
+pub const MISSING: &str = "does not exist: create it, or add ?create=1 to the store URL";
+
 /// An object as read: its body and ETag (none where it is absent) and the server's clock.
 pub struct Object {
     pub body: Option<(Bytes, String)>,
@@ -106,19 +109,15 @@ impl Bucket {
         }
     }
 
-    /// Whether the bucket exists (HEAD), with the server's `Date` and the response.
-    pub async fn head(&self) -> StoreResult<(bool, Response)> {
-        let path = format!("{}/", self.root);
-        let r = self.svc.send("HEAD", &path, "", &[], Bytes::new()).await?;
-        match r.status {
-            200 => Ok((true, r)),
-            404 => Ok((false, r)),
-            403 => Err(StoreError::refused(format!(
-                "S3 refused access to bucket {} (403): check the credentials and that they \
-                 may use this bucket",
-                self.name
-            ))),
-            _ => Err(self.failure(&r)),
+    /// Whether the bucket exists, by a GET of `key` (present or not): a GET's refusal
+    /// names its cause (a refused signature, an unknown key), where a HEAD's has no body.
+    pub async fn exists(&self, key: &str) -> StoreResult<bool> {
+        match self.get(key).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == crate::store::ErrorKind::Config && e.message().contains(MISSING) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -146,9 +145,7 @@ impl Bucket {
         let said = format!("{} {code}: {message}", r.status);
         let bucket = &self.name;
         match (r.status, code.as_str()) {
-            (404, "NoSuchBucket") => StoreError::config(format!(
-                "bucket {bucket} does not exist: create it, or add ?create=1 to the store URL"
-            )),
+            (404, "NoSuchBucket") => StoreError::config(format!("bucket {bucket} {MISSING}")),
             (403, "SignatureDoesNotMatch") => StoreError::refused(format!(
                 "S3 refused the signature (SignatureDoesNotMatch): check the secret key \
                  (AWS_SECRET_ACCESS_KEY or the profile's)"

@@ -133,21 +133,22 @@ impl S3Store {
             name: name.clone(),
             root,
         };
-        let (exists, _) = bucket.head().await.map_err(|e| e.context(&describe))?;
-        if !exists && !opts.create {
-            return Err(StoreError::config(format!(
-                "{describe}: bucket {name} does not exist: create it, or add ?create=1 to the \
-                 store URL"
-            )));
-        }
-        if !exists {
-            bucket.create().await.map_err(|e| e.context(&describe))?;
-        }
         let prefix = url.path.trim_start_matches('/');
         let base = match prefix {
             "" => format!("{namespace}/"),
             p => format!("{p}/{namespace}/"),
         };
+        let exists = bucket.exists(&format!("{base}shard-list")).await;
+        match exists.map_err(|e| e.context(&describe))? {
+            true => {}
+            false if opts.create => bucket.create().await.map_err(|e| e.context(&describe))?,
+            false => {
+                return Err(StoreError::config(format!(
+                    "{describe}: bucket {name} {}",
+                    api::MISSING
+                )));
+            }
+        }
         let backend = S3Backend {
             bucket,
             base,
