@@ -132,9 +132,9 @@ pub fn parse_with_env(
             parse_server(&scheme, rest, *default_port, tls, *several, env)
                 .map_err(|e| format!("{shown:?}: {e}"))?,
         ),
-        Address::Bucket { .. } => Location::Server(
-            parse_bucket(&scheme, rest).map_err(|e| format!("{shown:?}: {e}"))?,
-        ),
+        Address::Bucket { .. } => {
+            Location::Server(parse_bucket(&scheme, rest).map_err(|e| format!("{shown:?}: {e}"))?)
+        }
     };
     Ok(StoreUrl { kind, at })
 }
@@ -170,9 +170,10 @@ fn parse_bucket(scheme: &str, rest: &str) -> Result<ServerUrl, String> {
     let (name, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let plain = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-';
     if !(3..=63).contains(&name.len()) || !name.chars().all(plain) {
+        // The name is not echoed: the caller shows the URL, redacted.
         return Err(format!(
-            "{name:?} is not a bucket name (3 to 63 lower-case letters, digits, . and -); \
-             write {scheme}://BUCKET[/PREFIX]?region=R"
+            "not a bucket name (3 to 63 lower-case letters, digits, . and -); write \
+             {scheme}://BUCKET[/PREFIX]?region=R"
         ));
     }
     let mut params = Vec::new();
@@ -293,6 +294,25 @@ mod tests {
         assert_eq!(u.to_string(), "redis://bob:***@10.0.0.1:6380/2");
         assert_eq!(server("rediss://h").hosts[0].port, 6379);
         assert!(server("rediss://h").tls);
+    }
+
+    #[test]
+    fn s3_urls() {
+        let u = server("s3://my-locks/team/a?region=eu-west-1&path_style=1");
+        assert_eq!(u.hosts[0].host, "my-locks");
+        assert_eq!(u.path, "/team/a");
+        assert_eq!(u.to_string(), "s3://my-locks/team/a");
+        assert_eq!(server("s3://b.c-d").to_string(), "s3://b.c-d");
+        for bad in [
+            "s3://",
+            "s3://ab",
+            "s3://Upper",
+            "s3://b_c",
+            "s3://u:hunter2@bucket",
+        ] {
+            let e = parse_with_env(bad, &no_env).unwrap_err();
+            assert!(e.contains("bucket name") && !e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

@@ -26,7 +26,10 @@ pub struct S3Server {
 /// in front of it), or on the PATH.
 fn weed() -> PathBuf {
     let scripts = Command::new("python3")
-        .args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
@@ -112,7 +115,10 @@ impl S3Server {
             .arg(format!("-webdav.port={w}"))
             .args(["-admin.ui=false", "-master.telemetry=false"])
             .arg(format!("-admin.port={a}"))
-            .arg(format!("-s3.config={}", self.dir.path().join("s3.json").display()))
+            .arg(format!(
+                "-s3.config={}",
+                self.dir.path().join("s3.json").display()
+            ))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(Stdio::null())

@@ -33,18 +33,53 @@ fn a_wrong_secret_is_77_in_one_line_without_the_secret() {
     let env = env();
     for args in [&["lock", "wrong", "-n"][..], &["inspect", "wrong"][..]] {
         let mut c = env.cmd();
-        c.args(args).env("AWS_SECRET_ACCESS_KEY", "not-the-s3cret-42");
+        c.args(args)
+            .env("AWS_SECRET_ACCESS_KEY", "not-the-s3cret-42");
         let o = output_within(c, Duration::from_secs(30));
         assert_code(&o, 77);
         let err = stderr(&o);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains("signature"), "{err}");
-        assert!(!err.contains("not-the-s3cret-42") && !err.contains(SECRET_KEY), "{err}");
+        assert!(
+            !err.contains("not-the-s3cret-42") && !err.contains(SECRET_KEY),
+            "{err}"
+        );
     }
     // `doctor` reports the refusal the same way, and with the right key says it was accepted.
     let o = env.run(&["doctor"]);
     assert!(!stdout(&o).contains(SECRET_KEY) && !stderr(&o).contains(SECRET_KEY));
-    assert!(stdout(&o).contains("accepted a request signed"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("accepted a request signed"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// No secret reaches a message: not one in the URL (refused, never echoed), not the secret
+/// key of the environment when the endpoint is unreachable or the key wrong.
+#[test]
+fn secrets_never_appear_in_messages() {
+    let env = Env::file();
+    for (url, code) in [
+        ("s3://u:hunter2@locks?region=r", 64),
+        (
+            "s3://locks?region=r&endpoint=http://u:hunter2@127.0.0.1:1",
+            64,
+        ),
+        (
+            "s3://locks?region=r&endpoint=http://127.0.0.1:1&path_style=1",
+            69,
+        ),
+    ] {
+        let mut c = env.cmd();
+        c.args(["--store", url, "lock", "x", "-n"])
+            .env("AWS_SECRET_ACCESS_KEY", "hunter2");
+        let o = output_within(c, Duration::from_secs(30));
+        assert_code(&o, code);
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
 }
 
 /// A waiter whose wall clock runs an hour (or ten minutes) fast never takes a live lock: expiry
@@ -101,7 +136,13 @@ fn service(port_url: &str) -> Service {
 /// The record's body and ETag, read with a signed GET.
 async fn object(svc: &Service, key: &str) -> (serde_json::Value, String) {
     let r = svc
-        .send("GET", &format!("/{BUCKET}/{key}"), "", &[], bytes::Bytes::new())
+        .send(
+            "GET",
+            &format!("/{BUCKET}/{key}"),
+            "",
+            &[],
+            bytes::Bytes::new(),
+        )
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -121,7 +162,11 @@ fn a_record_written_twice_alike_has_a_new_etag() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = url::parse(url).unwrap().open("etag", Duration::from_secs(10)).await.unwrap();
+        let store = url::parse(url)
+            .unwrap()
+            .open("etag", Duration::from_secs(10))
+            .await
+            .unwrap();
         // Until both writes fall in one server second (a renewal right after the grant).
         for _ in 0..10 {
             let req = Acquire {
@@ -174,9 +219,17 @@ fn a_waiter_is_served_across_a_restart() {
     assert_code(&env.run(&["lock", "restart", "--ttl", "8s"]), 0);
     let events = env.path("events");
     let waiter = env.spawn(&[
-        "run", "restart", "-w", "60s", "--events", events.to_str().unwrap(), "--", "true",
+        "run",
+        "restart",
+        "-w",
+        "60s",
+        "--events",
+        events.to_str().unwrap(),
+        "--",
+        "true",
     ]);
-    assert!(wait_for(Duration::from_secs(30), || read(&events).contains("\"waiting\"")));
+    assert!(wait_for(Duration::from_secs(30), || read(&events)
+        .contains("\"waiting\"")));
     s3.restart();
     let o = finish(waiter, Duration::from_secs(60));
     assert_code(&o, 0);
@@ -203,7 +256,11 @@ fn a_deleted_record_still_gives_a_higher_fence() {
     assert_eq!(env.inspect("del")["fence"], 0, "the record was not deleted");
     let o = env.run(&["--json", "lock", "del"]);
     assert_code(&o, 0);
-    assert!(fence_of(&o) > top, "fence {} after the delete, {top} before", fence_of(&o));
+    assert!(
+        fence_of(&o) > top,
+        "fence {} after the delete, {top} before",
+        fence_of(&o)
+    );
 }
 
 /// A missing bucket is 78 naming `?create=1`; with it, the bucket is made and used.
@@ -215,7 +272,10 @@ fn a_missing_bucket_is_78_and_create_makes_it() {
     assert_code(&o, 78);
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("?create=1") && err.contains("fresh-bucket"), "{err}");
+    assert!(
+        err.contains("?create=1") && err.contains("fresh-bucket"),
+        "{err}"
+    );
     let created = Env::with_stores(vec![format!("{base}&create=1")]);
     assert_code(&created.run(&["lock", "b", "-n"]), 0);
     assert_eq!(env.inspect("b")["held"], true);

@@ -21,7 +21,11 @@ pub struct Credentials {
 
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Credentials({} from {}, secret ***)", self.access_key, self.source)
+        write!(
+            f,
+            "Credentials({} from {}, secret ***)",
+            self.access_key, self.source
+        )
     }
 }
 
@@ -98,7 +102,9 @@ pub fn region(given: Option<String>, env: Env) -> StoreResult<String> {
         .filter(|r| !r.is_empty())
         .or_else(|| var(env, "AWS_REGION"))
         .or_else(|| var(env, "AWS_DEFAULT_REGION"))
-        .ok_or_else(|| StoreError::invalid("no region: add ?region=R to the URL, or set AWS_REGION"))
+        .ok_or_else(|| {
+            StoreError::invalid("no region: add ?region=R to the URL, or set AWS_REGION")
+        })
 }
 
 #[cfg(test)]
@@ -106,7 +112,12 @@ mod tests {
     use super::*;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
@@ -118,9 +129,15 @@ mod tests {
             ("AWS_PROFILE", "other"),
         ]);
         let c = credentials(&env).unwrap();
-        assert_eq!((c.secret_key.as_str(), c.session_token.as_deref()), ("hunter2", Some("tok")));
+        assert_eq!(
+            (c.secret_key.as_str(), c.session_token.as_deref()),
+            ("hunter2", Some("tok"))
+        );
         let shown = format!("{c:?}");
-        assert!(!shown.contains("hunter2") && !shown.contains("tok"), "{shown}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("tok"),
+            "{shown}"
+        );
         let half = env_of(&[("AWS_ACCESS_KEY_ID", "AK")]);
         assert!(credentials(&half).is_err());
     }
@@ -143,7 +160,11 @@ mod tests {
         ]));
         let c = credentials(&env_of(pairs)).unwrap();
         assert_eq!(
-            (c.access_key.as_str(), c.secret_key.as_str(), c.session_token.as_deref()),
+            (
+                c.access_key.as_str(),
+                c.secret_key.as_str(),
+                c.session_token.as_deref()
+            ),
             ("C", "csecret", Some("ctok"))
         );
         let pairs: &'static [(&str, &str)] =

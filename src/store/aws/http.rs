@@ -25,6 +25,14 @@ pub struct Endpoint {
 impl Endpoint {
     /// `http://host[:port]` or `https://host[:port]`, with nothing after it but a `/`.
     pub fn parse(url: &str) -> Result<Endpoint, String> {
+        if url.contains('@') {
+            // Never echoed: what is before the `@` may be a secret.
+            return Err(
+                "an endpoint takes no user or password: the credentials come from \
+                        AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or a profile"
+                    .into(),
+            );
+        }
         let bad = || format!("endpoint {url:?} is not http://host[:port] or https://host[:port]");
         let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
         let tls = match scheme.to_ascii_lowercase().as_str() {
@@ -33,7 +41,7 @@ impl Endpoint {
             _ => return Err(bad()),
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains(['/', '?', '@', '#']) {
+        if rest.contains(['/', '?', '#']) {
             return Err(bad());
         }
         let hp = crate::store::server::parse_host(rest, if tls { 443 } else { 80 })
@@ -209,12 +217,20 @@ mod tests {
     #[test]
     fn endpoints() {
         let e = Endpoint::parse("http://127.0.0.1:8333").unwrap();
-        assert_eq!((e.tls, e.port, e.authority()), (false, 8333, "127.0.0.1:8333".into()));
+        assert_eq!(
+            (e.tls, e.port, e.authority()),
+            (false, 8333, "127.0.0.1:8333".into())
+        );
         let e = Endpoint::parse("https://s3.eu-west-1.amazonaws.com/").unwrap();
-        assert_eq!((e.port, e.authority()), (443, "s3.eu-west-1.amazonaws.com".into()));
+        assert_eq!(
+            (e.port, e.authority()),
+            (443, "s3.eu-west-1.amazonaws.com".into())
+        );
         assert_eq!(e.to_string(), "https://s3.eu-west-1.amazonaws.com");
-        for bad in ["ftp://h", "h:1", "http://u:p@h", "http://h/path", "http://h:0"] {
+        for bad in ["ftp://h", "h:1", "http://h/path", "http://h:0"] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
+        let e = Endpoint::parse("http://u:hunter2@h").unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
     }
 }

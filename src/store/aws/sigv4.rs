@@ -307,19 +307,20 @@ mod tests {
             payload_hash: &body,
             ..get
         };
-        assert!(
-            authorization(&put, S3_KEY, S3_SECRET).ends_with(
-                "SignedHeaders=date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class, \
+        assert!(authorization(&put, S3_KEY, S3_SECRET).ends_with(
+            "SignedHeaders=date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class, \
                  Signature=98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd"
-            )
-        );
+        ));
     }
 
     #[test]
     fn encoding_and_dates() {
         assert_eq!(uri_encode("a b/c~*", false), "a%20b%2Fc~%2A");
         assert_eq!(uri_encode("a b/c", true), "a%20b/c");
-        assert_eq!(canonical_query("b=2&a=x%20y&lifecycle"), "a=x%20y&b=2&lifecycle=");
+        assert_eq!(
+            canonical_query("b=2&a=x%20y&lifecycle"),
+            "a=x%20y&b=2&lifecycle="
+        );
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_440_938_160);
         assert_eq!(amz_date(t), "20150830T123600Z");
     }

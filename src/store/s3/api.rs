@@ -38,7 +38,10 @@ impl Bucket {
 
     /// The object at `key`, or its absence, with the server's `Date`.
     pub async fn get(&self, key: &str) -> StoreResult<Object> {
-        let r = self.svc.send("GET", &self.path(key), "", &[], Bytes::new()).await?;
+        let r = self
+            .svc
+            .send("GET", &self.path(key), "", &[], Bytes::new())
+            .await?;
         let date_ms = aws::date_ms(&r)?;
         match r.status {
             200 => {
@@ -96,7 +99,10 @@ impl Bucket {
                 query.push_str(&format!("&continuation-token={}", uri_encode(token, false)));
             }
             let path = format!("{}/", self.root);
-            let r = self.svc.send("GET", &path, &query, &[], Bytes::new()).await?;
+            let r = self
+                .svc
+                .send("GET", &path, &query, &[], Bytes::new())
+                .await?;
             if r.status != 200 {
                 return Err(self.failure(&r));
             }
@@ -114,7 +120,9 @@ impl Bucket {
     pub async fn exists(&self, key: &str) -> StoreResult<bool> {
         match self.get(key).await {
             Ok(_) => Ok(true),
-            Err(e) if e.kind() == crate::store::ErrorKind::Config && e.message().contains(MISSING) => {
+            Err(e)
+                if e.kind() == crate::store::ErrorKind::Config && e.message().contains(MISSING) =>
+            {
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -132,7 +140,10 @@ impl Bucket {
             .into_bytes(),
         };
         let path = format!("{}/", self.root);
-        let r = self.svc.send("PUT", &path, "", &[], Bytes::from(body)).await?;
+        let r = self
+            .svc
+            .send("PUT", &path, "", &[], Bytes::from(body))
+            .await?;
         match (r.status, aws::error_code(&r.body).0.as_str()) {
             (200, _) | (409, "BucketAlreadyOwnedByYou") => Ok(()),
             _ => Err(self.failure(&r)),
@@ -158,7 +169,9 @@ impl Bucket {
                 "S3 refused the request: this host's clock is too far from S3's \
                  (RequestTimeTooSkewed); set the clock right",
             ),
-            (403, _) => StoreError::refused(format!("S3 refused access to bucket {bucket} ({said})")),
+            (403, _) => {
+                StoreError::refused(format!("S3 refused access to bucket {bucket} ({said})"))
+            }
             (301, _) | (400, "AuthorizationHeaderMalformed") => StoreError::config(format!(
                 "bucket {bucket} is not in region {} ({said}): give its region with ?region=",
                 self.svc.region

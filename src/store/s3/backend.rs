@@ -84,7 +84,11 @@ impl S3Backend {
             }
             let cond = read.etag.as_deref().map_or(Cond::Absent, Cond::Match);
             let key = self.lock_key(&new.name);
-            match self.bucket.put(&key, record::encode(new, writer), cond).await? {
+            match self
+                .bucket
+                .put(&key, record::encode(new, writer), cond)
+                .await?
+            {
                 Some(etag) => done.push((i, etag)),
                 None => {
                     self.undo(reads, &done, writer).await?;
@@ -99,12 +103,22 @@ impl S3Backend {
     /// Only this transaction's own write can carry the ETag it got, so an undo that fails
     /// means a force or an expiry judged elsewhere moved on: the engine's release after the
     /// error removes whatever of the token is left.
-    async fn undo(&self, reads: &[Read], done: &[(usize, String)], writer: &str) -> StoreResult<()> {
+    async fn undo(
+        &self,
+        reads: &[Read],
+        done: &[(usize, String)],
+        writer: &str,
+    ) -> StoreResult<()> {
         for (i, etag) in done.iter().rev() {
             let read = &reads[*i];
             let key = self.lock_key(&read.rows.name);
             let body = record::encode(&read.rows, writer);
-            if self.bucket.put(&key, body, Cond::Match(etag)).await?.is_none() {
+            if self
+                .bucket
+                .put(&key, body, Cond::Match(etag))
+                .await?
+                .is_none()
+            {
                 return Err(StoreError::unavailable(format!(
                     "a partial grant on {:?} could not be undone: it changed meanwhile",
                     read.rows.name
@@ -218,9 +232,10 @@ impl Backend for S3Backend {
         )))
     }
 
-    /// Waiters poll (`S3Store::listen` paces them); this one looks every second.
+    /// Waiters poll, paced by their ttl (`S3Store::listen`); one that came here instead
+    /// looks at the slowest pace, once a second.
     async fn listen(&self, _token: &str) -> StoreResult<Box<dyn Listener>> {
-        Ok(Box::new(super::poll::Poll::new(Duration::from_secs(4))))
+        Ok(Box::new(super::poll::Poll::new(Duration::from_secs(1))))
     }
 
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
@@ -237,7 +252,12 @@ impl Backend for S3Backend {
                 TagWrite::Replace if now == tag => return Ok(now),
                 _ => etag.as_deref().map_or(Cond::Absent, Cond::Match),
             };
-            if self.bucket.put(&key, tag.as_bytes().to_vec(), put).await?.is_some() {
+            if self
+                .bucket
+                .put(&key, tag.as_bytes().to_vec(), put)
+                .await?
+                .is_some()
+            {
                 return Ok(tag.to_string());
             }
         }

@@ -109,7 +109,11 @@ impl Options {
 impl S3Store {
     /// Open the bucket a URL names, for locks in `namespace`: check that it is there (or
     /// create it with `?create=1`), which also proves the endpoint and the credentials.
-    pub async fn connect(url: &ServerUrl, namespace: &str, _timeout: Duration) -> StoreResult<S3Store> {
+    pub async fn connect(
+        url: &ServerUrl,
+        namespace: &str,
+        _timeout: Duration,
+    ) -> StoreResult<S3Store> {
         let env = |k: &str| std::env::var(k).ok();
         let mut url = url.clone();
         let opts = Options::take(&mut url, &env)?;
@@ -201,7 +205,13 @@ impl Store for S3Store {
         Ok(unpadded(self.inner.inspect(name).await?))
     }
     async fn list(&self, prefix: &str) -> StoreResult<Vec<LockState>> {
-        Ok(self.inner.list(prefix).await?.into_iter().map(unpadded).collect())
+        Ok(self
+            .inner
+            .list(prefix)
+            .await?
+            .into_iter()
+            .map(unpadded)
+            .collect())
     }
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         self.inner.shard_list(tag, write).await

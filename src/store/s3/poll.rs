@@ -51,7 +51,10 @@ mod tests {
     fn the_interval_is_a_quarter_of_the_ttl_within_bounds() {
         assert_eq!(interval(Duration::from_secs(30)), Duration::from_secs(1));
         assert_eq!(interval(Duration::from_secs(2)), Duration::from_millis(500));
-        assert_eq!(interval(Duration::from_millis(200)), Duration::from_millis(100));
+        assert_eq!(
+            interval(Duration::from_millis(200)),
+            Duration::from_millis(100)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -118,12 +118,20 @@ mod tests {
             ..Rows::default()
         };
         let (a, b) = (encode(&rows, "abc"), encode(&rows, "abc"));
-        assert_ne!(a, b, "two writes of one record must differ (S3's ETag is their MD5)");
+        assert_ne!(
+            a, b,
+            "two writes of one record must differ (S3's ETag is their MD5)"
+        );
         let back = decode("job", &a).unwrap();
         assert!(same(&back, &rows));
         assert_eq!(back.name, "job");
         assert!(decode("job", b"{}").is_err());
         let later = String::from_utf8(a).unwrap().replace("\"v\":1", "\"v\":9");
-        assert!(decode("job", later.as_bytes()).unwrap_err().message().contains("upgrade"));
+        assert!(
+            decode("job", later.as_bytes())
+                .unwrap_err()
+                .message()
+                .contains("upgrade")
+        );
     }
 }
