@@ -157,10 +157,10 @@ impl Bucket {
         let bucket = &self.name;
         match (r.status, code.as_str()) {
             (404, "NoSuchBucket") => StoreError::config(format!("bucket {bucket} {MISSING}")),
-            (403, "SignatureDoesNotMatch") => StoreError::refused(format!(
+            (403, "SignatureDoesNotMatch") => StoreError::refused(
                 "S3 refused the signature (SignatureDoesNotMatch): check the secret key \
-                 (AWS_SECRET_ACCESS_KEY or the profile's)"
-            )),
+                 (AWS_SECRET_ACCESS_KEY or the profile's)",
+            ),
             (403, "InvalidAccessKeyId") => StoreError::refused(format!(
                 "S3 does not know the access key {} (InvalidAccessKeyId)",
                 self.svc.creds.access_key
