@@ -1,6 +1,6 @@
 //! What `dlock doctor` asks of S3: a signed read (the endpoint answers, and accepts the
 //! signature: an answer to a GET names a refused signature, where a HEAD cannot), the bucket,
-//! the server's clock against this host's, and what S3 cannot promise a lock.
+//! the server's clock against this host's, persistence, and what S3 cannot promise a lock.
 
 use super::backend::S3Backend;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_finding, wall_ms};
@@ -36,6 +36,13 @@ pub async fn health(b: &S3Backend, _q: HealthQuery) -> StoreResult<Health> {
     ));
     // `Date` is in whole seconds: the offset is known to a second at best.
     clock_finding(&mut h, obj.date_ms + 500, before - 500, after + 500);
+    h.findings.push(Finding::new(
+        "persistence",
+        Severity::Ok,
+        "S3 stores a write before it answers it, and a release never deletes a record; a \
+         record deleted or a bucket emptied behind dlock's back still gets higher fences (they \
+         are floored at the clock)",
+    ));
     h.findings.push(Finding::new(
         "expiry",
         Severity::Note,
