@@ -142,13 +142,13 @@ impl S3Store {
             "" => format!("{namespace}/"),
             p => format!("{p}/{namespace}/"),
         };
-        let exists = bucket.exists(&format!("{base}shard-list")).await;
-        match exists.map_err(|e| e.context(&describe))? {
+        // Its errors name the URL already (the caller puts it in front).
+        match bucket.exists(&format!("{base}shard-list")).await? {
             true => {}
-            false if opts.create => bucket.create().await.map_err(|e| e.context(&describe))?,
+            false if opts.create => bucket.create().await?,
             false => {
                 return Err(StoreError::config(format!(
-                    "{describe}: bucket {name} {}",
+                    "bucket {name} {}",
                     api::MISSING
                 )));
             }
