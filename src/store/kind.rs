@@ -88,6 +88,12 @@ pub enum Address {
         /// Connect for a namespace, each request bounded by the timeout.
         open: for<'a> fn(&'a ServerUrl, &'a str, Duration) -> Opening<'a>,
     },
+    /// `SCHEME://NAME[/PATH][?params]`: a bucket (or table) of a cloud service rather than a
+    /// server; its endpoint, region and credentials come from the parameters and the
+    /// environment. Read as a `ServerUrl` whose one host is the name, without a port.
+    Bucket {
+        open: for<'a> fn(&'a ServerUrl, &'a str, Duration) -> Opening<'a>,
+    },
 }
 
 /// Whether one URL may list several hosts (the members of one etcd cluster or ZooKeeper

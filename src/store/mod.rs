@@ -17,7 +17,9 @@ pub mod conns;
 pub mod kind;
 pub mod server;
 
-// The adapters, each knowing the contract and nothing above it.
+// The adapters, each knowing the contract and nothing above it (`aws`: what the AWS-protocol
+// ones share).
+pub mod aws;
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;
@@ -25,6 +27,7 @@ pub(crate) mod postgres;
 pub(crate) mod queue;
 pub(crate) mod record;
 pub mod redis;
+pub(crate) mod s3;
 pub(crate) mod sql;
 pub(crate) mod tls;
 pub(crate) mod zk;

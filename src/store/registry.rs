@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::kind::{Address, Caps, Kind, Opening, Scheme, Several};
 use super::{Store, StoreResult};
-use super::{etcd, file, mysql, postgres, redis, zk};
+use super::{etcd, file, mysql, postgres, redis, s3, zk};
 
 /// Every kind, in the order `--help` and messages list them.
-pub static KINDS: [&Kind; 7] = [
+pub static KINDS: [&Kind; 8] = [
     &FILE,
     &REDIS,
     &REDIS_CLUSTER,
@@ -24,6 +24,7 @@ pub static KINDS: [&Kind; 7] = [
     &ZOOKEEPER,
     &POSTGRES,
     &MYSQL,
+    &S3,
 ];
 
 /// The embedded store: a directory on this host, no server (the default).
@@ -147,6 +148,19 @@ pub static MYSQL: Kind = Kind {
         open: |url, namespace, timeout| opened(mysql::Mysql::connect(url, namespace, timeout)),
     },
     caps: SQL_CAPS,
+};
+
+/// An S3 bucket: S3 notifies nobody, so waiters poll (and keep no row to show).
+pub static S3: Kind = Kind {
+    named: "S3",
+    schemes: &[Scheme::plain("s3")],
+    address: Address::Bucket {
+        open: |url, namespace, timeout| opened(s3::S3Store::connect(url, namespace, timeout)),
+    },
+    caps: Caps {
+        notified: false,
+        ..Caps::PLAIN
+    },
 };
 
 /// An adapter's connect as the table's openers answer it.

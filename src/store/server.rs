@@ -14,8 +14,12 @@ pub struct HostPort {
     pub port: u16,
 }
 
+/// Port 0 (never a server's) marks a bucket's name, shown without one.
 impl fmt::Display for HostPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.port == 0 {
+            return f.write_str(&self.host);
+        }
         if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)
         } else {

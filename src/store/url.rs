@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::kind::{Address, Kind, Location};
 use super::registry;
-use super::server::{parse_server, percent_decode};
+use super::server::{HostPort, ServerUrl, parse_server, percent_decode};
 use super::{Store, StoreError, StoreResult};
 
 /// A store URL: its kind, and where it points.
@@ -50,7 +50,7 @@ impl StoreUrl {
             (Address::Dir { open }, Location::Dir { dir, network }) => {
                 open(dir, namespace, *network)
             }
-            (Address::Hosts { open, .. }, Location::Server(server)) => {
+            (Address::Hosts { open, .. } | Address::Bucket { open }, Location::Server(server)) => {
                 open(server, namespace, timeout).await
             }
             // `parse` reads a URL as its kind's address says; only one built by hand differs.
@@ -132,6 +132,9 @@ pub fn parse_with_env(
             parse_server(&scheme, rest, *default_port, tls, *several, env)
                 .map_err(|e| format!("{shown:?}: {e}"))?,
         ),
+        Address::Bucket { .. } => {
+            Location::Server(parse_bucket(&scheme, rest).map_err(|e| format!("{shown:?}: {e}"))?)
+        }
     };
     Ok(StoreUrl { kind, at })
 }
@@ -160,6 +163,38 @@ fn parse_dir(shown: &str, scheme: &str, rest: &str) -> Result<Location, String> 
     })
 }
 
+/// `NAME[/PATH][?params]`, after `SCHEME://`: the bucket (lower-case letters, digits, `.` and
+/// `-`, 3 to 63 of them, as S3 and DynamoDB allow) as the one host, without a port.
+fn parse_bucket(scheme: &str, rest: &str) -> Result<ServerUrl, String> {
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (name, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let plain = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-';
+    if !(3..=63).contains(&name.len()) || !name.chars().all(plain) {
+        // The name is not echoed: the caller shows the URL, redacted.
+        return Err(format!(
+            "not a bucket name (3 to 63 lower-case letters, digits, . and -); write \
+             {scheme}://BUCKET[/PREFIX]?region=R"
+        ));
+    }
+    let mut params = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        params.push((percent_decode(k)?, percent_decode(v)?));
+    }
+    Ok(ServerUrl {
+        scheme: scheme.to_string(),
+        tls: false,
+        hosts: vec![HostPort {
+            host: name.to_string(),
+            port: 0,
+        }],
+        user: None,
+        password: None,
+        path: percent_decode(path)?.trim_end_matches('/').to_string(),
+        params,
+    })
+}
+
 /// Hide the password of a URL we could not parse, so even an error never shows it.
 fn redact_raw(input: &str) -> String {
     let mut out = String::new();
@@ -184,6 +219,7 @@ mod tests {
         for scheme in super::registry::schemes().split(", ") {
             let url = match scheme {
                 "file://" => "file:///tmp".to_string(),
+                "s3://" => "s3://bucket/prefix?region=r".to_string(),
                 s => format!("{s}h:1/db"),
             };
             let url = url.replace(
@@ -206,7 +242,6 @@ mod tests {
         assert!(super::parse("memcached://h:1").is_err());
     }
 
-    use super::super::server::{HostPort, ServerUrl};
     use super::*;
 
     fn no_env(_: &str) -> Option<String> {
@@ -259,6 +294,25 @@ mod tests {
         assert_eq!(u.to_string(), "redis://bob:***@10.0.0.1:6380/2");
         assert_eq!(server("rediss://h").hosts[0].port, 6379);
         assert!(server("rediss://h").tls);
+    }
+
+    #[test]
+    fn s3_urls() {
+        let u = server("s3://my-locks/team/a?region=eu-west-1&path_style=1");
+        assert_eq!(u.hosts[0].host, "my-locks");
+        assert_eq!(u.path, "/team/a");
+        assert_eq!(u.to_string(), "s3://my-locks/team/a");
+        assert_eq!(server("s3://b.c-d").to_string(), "s3://b.c-d");
+        for bad in [
+            "s3://",
+            "s3://ab",
+            "s3://Upper",
+            "s3://b_c",
+            "s3://u:hunter2@bucket",
+        ] {
+            let e = parse_with_env(bad, &no_env).unwrap_err();
+            assert!(e.contains("bucket name") && !e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

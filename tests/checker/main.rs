@@ -40,6 +40,7 @@ use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
 use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
+use common::s3::S3Server;
 use common::zk::ZkServer;
 use common::{Env, signal, temp_dir, wait_child};
 
@@ -336,7 +337,7 @@ impl Fault {
     }
 }
 
-const SETUPS: [&str; 11] = [
+const SETUPS: [&str; 12] = [
     "file",
     "redis",
     "quorum3",
@@ -348,6 +349,7 @@ const SETUPS: [&str; 11] = [
     "zk",
     "postgres",
     "mysql",
+    "s3",
 ];
 
 enum Stores {
@@ -358,6 +360,7 @@ enum Stores {
     Zk(ZkServer),
     Postgres(PgServer),
     Mysql(MariaDb),
+    S3(S3Server),
 }
 
 struct Setup {
@@ -377,6 +380,9 @@ impl Setup {
     fn expiry_grain(&self) -> Duration {
         match self.stores {
             Stores::Etcd(_) | Stores::Zk(_) => Duration::from_millis(500),
+            // A lease on S3 ends by the server's Date (whole seconds) plus a second's
+            // padding, and a waiter sees it at its next look (up to 1.5 s later).
+            Stores::S3(_) => Duration::from_millis(3500),
             _ => Duration::ZERO,
         }
     }
@@ -553,6 +559,12 @@ impl Setup {
                 ],
                 min_ttl: short,
             },
+            // One SeaweedFS gateway, stopped (SIGSTOP) or restarted on its data.
+            "s3" => Setup {
+                stores: Stores::S3(S3Server::start()),
+                faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
+                min_ttl: Duration::from_secs(2),
+            },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
     }
@@ -566,6 +578,7 @@ impl Setup {
             Stores::Zk(z) => vec![z.url()],
             Stores::Postgres(p) => vec![p.url()],
             Stores::Mysql(m) => vec![m.url()],
+            Stores::S3(s) => vec![s.url()],
         }
     }
 
@@ -579,6 +592,8 @@ impl Setup {
     fn round_trips(&self) -> u32 {
         match &self.stores {
             Stores::Mysql(_) => 8,
+            // Read the record, write it (a new connection: one more).
+            Stores::S3(_) => 3,
             Stores::Postgres(_) | Stores::Cluster(_) => 4,
             Stores::Zk(_) => 2,
             _ => 1,
@@ -672,6 +687,11 @@ impl Setup {
                  UNION ALL SELECT name || ' waiting ' || token FROM dlock.waiters, now \
                  WHERE expires > ms",
             )),
+            // The records stay by design; none may list a live holder.
+            Stores::S3(s) => {
+                let o = Env::with_stores(vec![s.url()]).run(&["list"]);
+                sql_rows(&String::from_utf8_lossy(&o.stdout))
+            }
             Stores::Mysql(m) => sql_rows(&m.sql(
                 "SELECT CONCAT(name, ' ', token) FROM app.dlock_holders WHERE expires > \
                  TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000 UNION ALL \
@@ -1019,6 +1039,18 @@ impl Run {
                     _ => unreachable!(),
                 }
                 "the server".to_string()
+            }
+            Stores::S3(s) => {
+                match fault {
+                    Fault::StoreStop => {
+                        signal(s.pid(), libc::SIGSTOP);
+                        thread::sleep(ttl * 2);
+                        signal(s.pid(), libc::SIGCONT);
+                    }
+                    Fault::ServerRestart => s.restart(),
+                    _ => unreachable!(),
+                }
+                "the gateway".to_string()
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
         };

@@ -11,6 +11,7 @@ pub mod pgbouncer;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+pub mod s3;
 pub mod terminal;
 pub mod zk;
 

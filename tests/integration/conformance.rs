@@ -17,6 +17,7 @@ use crate::common::mysql::MariaDb;
 use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
+use crate::common::s3::S3Server;
 use crate::common::zk::ZkServer;
 use crate::common::{shared, temp_dir};
 
@@ -113,6 +114,12 @@ fn mariadb() -> Subject {
     by_url(shared(&SERVER, MariaDb::start, MariaDb::url))
 }
 
+/// SeaweedFS's S3 gateway, signatures checked. S3 notifies nobody: waiters poll.
+fn s3() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, S3Server::start, S3Server::url))
+}
+
 /// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
 /// whenever every task waits, so its expiry properties take no real time.
 fn runtime(paused: bool) -> tokio::runtime::Runtime {
@@ -162,6 +169,7 @@ conformance! {
     postgres (paused: false) => postgres();
     pgbouncer (paused: false) => pgbouncer();
     mariadb (paused: false) => mariadb();
+    s3 (paused: false) => s3();
 }
 
 /// Every property of the suite runs: each `pub async fn` in it is on its list (and so a test
@@ -198,11 +206,13 @@ fn every_property_of_the_suite_is_run() {
 #[test]
 fn every_registered_kind_has_a_subject() {
     for kind in registry::KINDS {
+        // A scheme may end in a digit itself (`s3`).
         let named = |subject: &&str| {
-            let subject = subject.trim_end_matches(|c: char| c.is_ascii_digit());
-            kind.schemes
-                .iter()
-                .any(|s| subject == s.name.replace('+', "_"))
+            let bare = subject.trim_end_matches(|c: char| c.is_ascii_digit());
+            kind.schemes.iter().any(|s| {
+                let s = s.name.replace('+', "_");
+                *subject == s || bare == s
+            })
         };
         assert!(
             SUBJECTS.iter().any(named),
@@ -263,6 +273,19 @@ mod forgetting {
         let url: &'static str = Box::leak(server.lock().unwrap().url().into_boxed_str());
         let wipe: Wipe = Box::new(move || {
             server.lock().unwrap().start_again_empty();
+            Box::pin(async {})
+        });
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));
+    }
+
+    /// The bucket deleted with every record in it, and created again by the next client
+    /// (`?create=1`): the counters start again, the clock floor does not.
+    #[test]
+    fn s3() {
+        let server = Arc::new(S3Server::start());
+        let url: &'static str = Box::leak(server.url_in("wiped", "&create=1").into_boxed_str());
+        let wipe: Wipe = Box::new(move || {
+            server.delete("/buckets/wiped");
             Box::pin(async {})
         });
         runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));

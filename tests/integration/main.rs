@@ -53,6 +53,7 @@ mod store_etcd;
 mod store_life;
 mod store_redis;
 mod store_redis_cluster;
+mod store_s3;
 mod store_sql;
 mod store_zk;
 mod supervisor;

@@ -1,0 +1,283 @@
+//! The S3 store's transaction (`sql::Backend::transact`): read each name's record with its
+//! ETag and the server's `Date`, decide by the shared rules (`sql::rules`), and write each
+//! changed record back with `If-Match` (or `If-None-Match: *` where there was none). A lost
+//! race on the first write reads again; one on a later name undoes the names already written.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+
+use super::api::{Bucket, Cond, Object};
+use super::record;
+use crate::store::sql::rules::{Rows, Write};
+use crate::store::sql::{Backend, Decide};
+use crate::store::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
+
+/// Added to every expiry a grant or renewal writes: the `Date` it is reckoned from is the
+/// server's clock cut to the whole second, up to 1 s before the lease really started (see the
+/// module doc of `s3`).
+pub const PAD_MS: i64 = 1000;
+
+/// Reads and writes of one transaction lost to other writers, at most, before it gives up.
+const TRIES: u32 = 24;
+
+pub struct S3Backend {
+    pub bucket: Bucket,
+    /// Every key of this namespace starts with it: `PREFIX/NAMESPACE/`.
+    pub base: String,
+    pub describe: String,
+}
+
+/// One name as read: its rows, and the ETag to write it back with (none: absent).
+struct Read {
+    rows: Rows,
+    etag: Option<String>,
+}
+
+impl S3Backend {
+    pub fn lock_key(&self, name: &str) -> String {
+        format!("{}lock/{name}", self.base)
+    }
+
+    fn decode(&self, name: &str, obj: Object) -> StoreResult<Read> {
+        Ok(match obj.body {
+            Some((body, etag)) => Read {
+                rows: record::decode(name, &body)?,
+                etag: Some(etag),
+            },
+            None => Read {
+                rows: Rows {
+                    name: name.to_string(),
+                    ..Rows::default()
+                },
+                etag: None,
+            },
+        })
+    }
+
+    /// Every name's record, and the server's clock: the earliest `Date` of the reads (the
+    /// reads began after the caller's attempt did) and the latest, in ms.
+    async fn read(&self, names: &[String]) -> StoreResult<(Vec<Read>, i64, i64)> {
+        let keys: Vec<String> = names.iter().map(|n| self.lock_key(n)).collect();
+        let objs = join_all(keys.iter().map(|k| self.bucket.get(k))).await;
+        let (mut reads, mut early, mut late) = (Vec::new(), i64::MAX, 0);
+        for (name, obj) in names.iter().zip(objs) {
+            let obj = obj?;
+            early = early.min(obj.date_ms);
+            late = late.max(obj.date_ms);
+            reads.push(self.decode(name, obj)?);
+        }
+        Ok((reads, early, late))
+    }
+
+    /// Write the changed records in name order. `Ok(false)`: a record had changed since it
+    /// was read; those already written are put back as they were.
+    async fn write(&self, reads: &[Read], after: &[Rows], writer: &str) -> StoreResult<bool> {
+        let mut done: Vec<(usize, String)> = Vec::new();
+        for (i, (read, new)) in reads.iter().zip(after).enumerate() {
+            if read.etag.is_some() && record::same(&read.rows, new) {
+                continue;
+            }
+            if read.etag.is_none() && record::same(&Rows::default(), &anonymous(new)) {
+                continue;
+            }
+            let cond = read.etag.as_deref().map_or(Cond::Absent, Cond::Match);
+            let key = self.lock_key(&new.name);
+            match self
+                .bucket
+                .put(&key, record::encode(new, writer), cond)
+                .await?
+            {
+                Some(etag) => done.push((i, etag)),
+                None => {
+                    self.undo(reads, &done, writer).await?;
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Put back the records written so far (a multi-name grant that lost on a later name).
+    /// Only this transaction's own write can carry the ETag it got, so an undo that fails
+    /// means a force or an expiry judged elsewhere moved on: the engine's release after the
+    /// error removes whatever of the token is left.
+    async fn undo(
+        &self,
+        reads: &[Read],
+        done: &[(usize, String)],
+        writer: &str,
+    ) -> StoreResult<()> {
+        for (i, etag) in done.iter().rev() {
+            let read = &reads[*i];
+            let key = self.lock_key(&read.rows.name);
+            let body = record::encode(&read.rows, writer);
+            if self
+                .bucket
+                .put(&key, body, Cond::Match(etag))
+                .await?
+                .is_none()
+            {
+                return Err(StoreError::unavailable(format!(
+                    "a partial grant on {:?} could not be undone: it changed meanwhile",
+                    read.rows.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A name's rows without its name (to compare with an empty record).
+fn anonymous(rows: &Rows) -> Rows {
+    Rows {
+        name: String::new(),
+        ..rows.clone()
+    }
+}
+
+/// The rows after `writes`, applied to the rows as read: the rules' decision, with every
+/// written expiry padded (`PAD_MS`). Waiter rows and wake-ups have no place in an object.
+pub fn apply(rows: &mut [Rows], writes: &[Write]) {
+    let find = |rows: &mut [Rows], name: &str| rows.iter().position(|r| r.name == name);
+    for w in writes {
+        match w {
+            Write::Record {
+                name,
+                fence,
+                previous,
+                ..
+            } => {
+                if let Some(i) = find(rows, name) {
+                    rows[i].fence = *fence;
+                    rows[i].previous = previous.clone();
+                }
+            }
+            Write::PutHolder { name, row } => {
+                if let Some(i) = find(rows, name) {
+                    let r = &mut rows[i];
+                    r.holders.retain(|h| h.token != row.token);
+                    let mut row = row.clone();
+                    row.expires += PAD_MS;
+                    r.holders.push(row);
+                }
+            }
+            Write::DeleteHolder { name, token } => {
+                if let Some(i) = find(rows, name) {
+                    rows[i].holders.retain(|h| &h.token != token);
+                }
+            }
+            Write::PutWaiter { .. } | Write::DeleteWaiter { .. } | Write::Wake { .. } => {}
+        }
+    }
+}
+
+/// The token a decision writes for, if any: its records name that owner as their writer.
+fn writer(writes: &[Write]) -> &str {
+    writes
+        .iter()
+        .find_map(|w| match w {
+            Write::PutHolder { row, .. } => Some(row.token.as_str()),
+            Write::DeleteHolder { token, .. } => Some(token.as_str()),
+            _ => None,
+        })
+        .unwrap_or("")
+}
+
+/// A pause before reading again after a lost race: 5 ms doubling to 200 ms, jittered, so
+/// contenders that collided do not collide again in step.
+fn backoff(try_no: u32) -> Duration {
+    let ms = (5u64 << try_no.min(6)).min(200);
+    Duration::from_millis(ms).mul_f64(0.5 + crate::sys::random_f64())
+}
+
+#[async_trait]
+impl Backend for S3Backend {
+    fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// `create`: a grant or a fence raise. Those lift each counter to the fence floor of the
+    /// server's clock (or this host's, whichever is ahead), so a record deleted, or a bucket
+    /// emptied or recreated, never hands out a fence it handed out before.
+    async fn transact(
+        &self,
+        names: &[String],
+        create: bool,
+        decide: Decide<'_>,
+    ) -> StoreResult<()> {
+        for try_no in 0..TRIES {
+            let (reads, early, late) = self.read(names).await?;
+            let mut rows: Vec<Rows> = reads.iter().map(|r| r.rows.clone()).collect();
+            // What is written starts from the records as read: a lifted counter is written
+            // only with what the rules decided (a grant), never by a busy look.
+            let mut after = rows.clone();
+            if create {
+                let clock = late.max(crate::store::wall_ms()).max(0) as u64;
+                let floor = crate::store::fence_floor(clock * 1000) as i64;
+                for r in &mut rows {
+                    r.fence = r.fence.max(floor - 1);
+                }
+            }
+            let decision = decide(early, &mut rows);
+            apply(&mut after, &decision.writes);
+            if self.write(&reads, &after, writer(&decision.writes)).await? {
+                return Ok(());
+            }
+            tokio::time::sleep(backoff(try_no)).await;
+        }
+        Err(StoreError::unavailable(format!(
+            "the records of {names:?} kept changing under this client ({TRIES} tries)"
+        )))
+    }
+
+    /// Waiters poll, paced by their ttl (`S3Store::listen`); one that came here instead
+    /// looks at the slowest pace, once a second.
+    async fn listen(&self, _token: &str) -> StoreResult<Box<dyn Listener>> {
+        Ok(Box::new(super::poll::Poll::new(Duration::from_secs(1))))
+    }
+
+    async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
+        let key = format!("{}shard-list", self.base);
+        loop {
+            let obj = self.bucket.get(&key).await?;
+            let (now, etag) = match obj.body {
+                Some((body, etag)) => (String::from_utf8_lossy(&body).into_owned(), Some(etag)),
+                None => (String::new(), None),
+            };
+            let put = match write {
+                TagWrite::Read => return Ok(now),
+                TagWrite::IfAbsent if etag.is_some() => return Ok(now),
+                TagWrite::Replace if now == tag => return Ok(now),
+                _ => etag.as_deref().map_or(Cond::Absent, Cond::Match),
+            };
+            if self
+                .bucket
+                .put(&key, tag.as_bytes().to_vec(), put)
+                .await?
+                .is_some()
+            {
+                return Ok(tag.to_string());
+            }
+        }
+    }
+
+    async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let under = self.lock_key("");
+        let keys = self.bucket.list(&format!("{under}{prefix}")).await?;
+        Ok(keys
+            .into_iter()
+            .filter_map(|k| k.strip_prefix(&under).map(str::to_string))
+            .collect())
+    }
+
+    async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
+        super::doctor::health(self, query).await
+    }
+
+    /// Each S3 request stands alone: there is no open transaction to end blind.
+    async fn release_unheard(&self, _names: &[String], _token: &str) -> Option<bool> {
+        None
+    }
+}

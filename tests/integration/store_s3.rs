@@ -1,0 +1,282 @@
+//! The S3 store on a real SeaweedFS gateway that checks signatures: refusals, a fast client
+//! clock, ETags of identical bytes, a restart mid-wait, a deleted record, a missing bucket.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use dlock::store::aws::{Endpoint, Service, creds::Credentials};
+use dlock::store::{Acquire, Attempt, Mode, url};
+
+use crate::common::s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
+use crate::common::{
+    Env, assert_code, finish, libfaketime, output_within, read, shared, stderr, stdout, wait_for,
+};
+
+fn server() -> &'static str {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    shared(&SERVER, S3Server::start, S3Server::url)
+}
+
+fn env() -> Env {
+    Env::with_stores(vec![server().to_string()])
+}
+
+fn fence_of(o: &std::process::Output) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(&stdout(o)).unwrap();
+    v["fence"].as_u64().unwrap()
+}
+
+/// A wrong secret is refused by the gateway's signature check: 77, one line that names the
+/// signature, and the secret nowhere.
+#[test]
+fn a_wrong_secret_is_77_in_one_line_without_the_secret() {
+    let env = env();
+    for args in [&["lock", "wrong", "-n"][..], &["inspect", "wrong"][..]] {
+        let mut c = env.cmd();
+        c.args(args)
+            .env("AWS_SECRET_ACCESS_KEY", "not-the-s3cret-42");
+        let o = output_within(c, Duration::from_secs(30));
+        assert_code(&o, 77);
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("signature"), "{err}");
+        assert!(
+            !err.contains("not-the-s3cret-42") && !err.contains(SECRET_KEY),
+            "{err}"
+        );
+    }
+    // `doctor` reports the refusal the same way, and with the right key says it was accepted.
+    let o = env.run(&["doctor"]);
+    assert!(!stdout(&o).contains(SECRET_KEY) && !stderr(&o).contains(SECRET_KEY));
+    assert!(
+        stdout(&o).contains("accepted a request signed"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// No secret reaches a message: not one in the URL (refused, never echoed), not the secret
+/// key of the environment when the endpoint is unreachable or the key wrong.
+#[test]
+fn secrets_never_appear_in_messages() {
+    let env = Env::file();
+    for (url, code) in [
+        ("s3://u:hunter2@locks?region=r", 64),
+        (
+            "s3://locks?region=r&endpoint=http://u:hunter2@127.0.0.1:1",
+            64,
+        ),
+        (
+            "s3://locks?region=r&endpoint=http://127.0.0.1:1&path_style=1",
+            69,
+        ),
+    ] {
+        let mut c = env.cmd();
+        c.args(["--store", url, "lock", "x", "-n"])
+            .env("AWS_SECRET_ACCESS_KEY", "hunter2");
+        let o = output_within(c, Duration::from_secs(30));
+        assert_code(&o, code);
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+/// A waiter whose wall clock runs an hour (or ten minutes) fast never takes a live lock: expiry
+/// is judged by the server's `Date`, never by the client's clock.
+#[test]
+fn a_waiter_with_a_fast_clock_never_takes_a_live_lock() {
+    let env = env();
+    let o = env.run(&["--json", "lock", "fast", "--ttl", "30s"]);
+    assert_code(&o, 0);
+    let fence = fence_of(&o);
+    for ahead in ["+1h", "+10m"] {
+        let mut c = env.cmd();
+        c.args(["lock", "fast", "-w", "3s"])
+            .env("LD_PRELOAD", libfaketime())
+            .env("FAKETIME", ahead)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        let o = output_within(c, Duration::from_secs(60));
+        // Not acquired (75); or, an hour off, refused for its clock by the signature check
+        // (78), as AWS does past 15 minutes.
+        let code = o.status.code();
+        assert!(
+            code == Some(75) || (ahead == "+1h" && code == Some(78)),
+            "{ahead}: {:?} {}",
+            code,
+            stderr(&o)
+        );
+    }
+    let v = env.inspect("fast");
+    assert_eq!(v["held"], true, "{v}");
+    assert_eq!(v["holders"][0]["fence"], fence);
+}
+
+fn service(port_url: &str) -> Service {
+    let endpoint = port_url
+        .split("endpoint=")
+        .nth(1)
+        .and_then(|e| e.split('&').next())
+        .unwrap();
+    let creds = Credentials {
+        access_key: ACCESS_KEY.into(),
+        secret_key: SECRET_KEY.into(),
+        session_token: None,
+        source: "test".into(),
+    };
+    Service::new(
+        Endpoint::parse(endpoint).unwrap(),
+        None,
+        creds,
+        "us-east-1".into(),
+        "s3",
+    )
+}
+
+/// The record's body and ETag, read with a signed GET.
+async fn object(svc: &Service, key: &str) -> (serde_json::Value, String) {
+    let r = svc
+        .send(
+            "GET",
+            &format!("/{BUCKET}/{key}"),
+            "",
+            &[],
+            bytes::Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let etag = r.header("etag").unwrap().to_string();
+    (serde_json::from_slice(&r.body).unwrap(), etag)
+}
+
+/// S3's ETag is the body's MD5: a record that comes back to the very same holders and expiry
+/// (renewed to 10 s, then to 30 s again, within the server second of its grant) must still
+/// have a new ETag, or a writer still holding the first one would get its `If-Match` through.
+#[test]
+fn a_record_written_twice_alike_has_a_new_etag() {
+    let url = server();
+    let svc = service(url);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = url::parse(url)
+            .unwrap()
+            .open("etag", Duration::from_secs(10))
+            .await
+            .unwrap();
+        // Until both writes fall in one server second (a renewal right after the grant).
+        for _ in 0..10 {
+            let req = Acquire {
+                names: vec!["twice".into()],
+                modes: vec![Mode::Exclusive],
+                token: dlock::names::new_token(),
+                ttl: Duration::from_secs(30),
+                meta: "{}".into(),
+                detached: true,
+            };
+            let granted = store.try_acquire(&req, false).await.unwrap();
+            assert!(matches!(granted, Attempt::Granted(_)));
+            let (first, stale) = object(&svc, "etag/lock/twice").await;
+            let short = Duration::from_secs(10);
+            assert!(store.renew(&req.names, &req.token, short).await.unwrap());
+            assert!(store.renew(&req.names, &req.token, req.ttl).await.unwrap());
+            let (second, etag) = object(&svc, "etag/lock/twice").await;
+            store
+                .release(&req.names, &req.token, dlock::store::Outcome::Released)
+                .await
+                .unwrap();
+            if first["holders"] != second["holders"] {
+                continue;
+            }
+            assert_ne!(stale, etag, "the same record written twice kept its ETag");
+            // A writer still holding the first ETag is refused.
+            let r = svc
+                .send(
+                    "PUT",
+                    &format!("/{BUCKET}/etag/lock/twice"),
+                    "",
+                    &[("if-match", stale.as_str())],
+                    bytes::Bytes::from_static(b"{}"),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.status, 412, "a stale If-Match was let through");
+            return;
+        }
+        panic!("never two writes in one server second");
+    });
+}
+
+/// The server restarted (with its data) while a waiter waits: the waiter rides it out and is
+/// served once the holder's lease runs out.
+#[test]
+fn a_waiter_is_served_across_a_restart() {
+    let mut s3 = S3Server::start();
+    let env = Env::with_stores(vec![s3.url()]);
+    assert_code(&env.run(&["lock", "restart", "--ttl", "8s"]), 0);
+    let events = env.path("events");
+    let waiter = env.spawn(&[
+        "run",
+        "restart",
+        "-w",
+        "60s",
+        "--events",
+        events.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(wait_for(Duration::from_secs(30), || read(&events)
+        .contains("\"waiting\"")));
+    s3.restart();
+    let o = finish(waiter, Duration::from_secs(60));
+    assert_code(&o, 0);
+    assert!(read(&events).contains("\"acquired\""), "{}", read(&events));
+}
+
+/// A record deleted behind dlock's back: the next fence is still above every earlier one.
+#[test]
+fn a_deleted_record_still_gives_a_higher_fence() {
+    let s3 = S3Server::start();
+    let env = Env::with_stores(vec![s3.url()]);
+    let mut top = 0;
+    for _ in 0..3 {
+        let o = env.run(&["--json", "lock", "del"]);
+        assert_code(&o, 0);
+        top = top.max(fence_of(&o));
+        let token = serde_json::from_str::<serde_json::Value>(&stdout(&o)).unwrap()["token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_code(&env.run(&["unlock", "del", "--token", &token]), 0);
+    }
+    s3.delete(&format!("/buckets/{BUCKET}/default/lock/del"));
+    assert_eq!(env.inspect("del")["fence"], 0, "the record was not deleted");
+    let o = env.run(&["--json", "lock", "del"]);
+    assert_code(&o, 0);
+    assert!(
+        fence_of(&o) > top,
+        "fence {} after the delete, {top} before",
+        fence_of(&o)
+    );
+}
+
+/// A missing bucket is 78 naming `?create=1`; with it, the bucket is made and used.
+#[test]
+fn a_missing_bucket_is_78_and_create_makes_it() {
+    let base = server().replace(&format!("s3://{BUCKET}?"), "s3://fresh-bucket?");
+    let env = Env::with_stores(vec![base.clone()]);
+    let o = env.run(&["lock", "b", "-n"]);
+    assert_code(&o, 78);
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("?create=1") && err.contains("fresh-bucket"),
+        "{err}"
+    );
+    let created = Env::with_stores(vec![format!("{base}&create=1")]);
+    assert_code(&created.run(&["lock", "b", "-n"]), 0);
+    assert_eq!(env.inspect("b")["held"], true);
+}
