@@ -1,5 +1,5 @@
-//! The S3 store's transaction (`sql::Backend::transact`): read each name's record with its
-//! ETag and the server's `Date`, decide by the shared rules (`sql::rules`), and write each
+//! The S3 store's transaction (`record::Backend::transact`): read each name's record with its
+//! ETag and the server's `Date`, decide by the shared rules (`record::rules`), and write each
 //! changed record back with `If-Match` (or `If-None-Match: *` where there was none). A lost
 //! race on the first write reads again; one on a later name undoes the names already written.
 
@@ -10,8 +10,8 @@ use futures_util::future::join_all;
 
 use super::api::{Bucket, Cond, Object};
 use super::record;
-use crate::store::sql::rules::{Rows, Write};
-use crate::store::sql::{Backend, Decide};
+use crate::store::record::rules::{Rows, Write};
+use crate::store::record::{Backend, Decide};
 use crate::store::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 
 /// Added to every expiry a grant or renewal writes: the `Date` it is reckoned from is the

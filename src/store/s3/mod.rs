@@ -2,7 +2,7 @@
 //!
 //! One JSON object per lock name (`record`) holds the name's fence counter, how its last lease
 //! ended, and its holders: the same rows the SQL stores keep, decided by the same rules
-//! (`sql::rules`), so the grant rule exists once. A transaction (`backend`) reads each record
+//! (`record::rules`), so the grant rule exists once. A transaction (`backend`) reads each record
 //! with its ETag, decides, and writes each changed record with `If-Match` (or
 //! `If-None-Match: *`): S3's conditional writes make each grant one atomic step per name; a
 //! lost race (412, 409, or 404 on a vanished key) is "not granted, read again", never success.
@@ -46,7 +46,7 @@ use async_trait::async_trait;
 
 use super::aws::{self, Endpoint, Service};
 use super::server::ServerUrl;
-use super::sql::SqlStore;
+use super::record::RecordStore;
 use super::{
     Acquire, Attempt, Health, HealthQuery, Listener, LockState, Outcome, Store, StoreError,
     StoreResult, TagWrite,
@@ -56,7 +56,7 @@ use backend::S3Backend;
 
 /// An S3 bucket (or a prefix of one) as a store.
 pub struct S3Store {
-    inner: SqlStore<S3Backend>,
+    inner: RecordStore<S3Backend>,
 }
 
 /// What an `s3://` URL says beyond the bucket.
@@ -159,7 +159,7 @@ impl S3Store {
             describe,
         };
         Ok(S3Store {
-            inner: SqlStore::new(backend),
+            inner: RecordStore::new(backend),
         })
     }
 }

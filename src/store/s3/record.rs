@@ -1,5 +1,5 @@
 //! One lock name's record as an S3 object: a JSON object holding the name's fence counter, how
-//! its last lease ended, and its holders (`sql::rules::Rows`), plus a random nonce and the
+//! its last lease ended, and its holders (`record::rules::Rows`), plus a random nonce and the
 //! writer's owner id.
 //!
 //! Every body is unique: S3's ETag is the body's MD5, so two writes of the same bytes share
@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::sql::rules::{HolderRow, Rows};
+use crate::store::record::rules::{HolderRow, Rows};
 use crate::store::{StoreError, StoreResult};
 
 #[derive(Serialize, Deserialize)]
@@ -88,7 +88,7 @@ pub fn decode(name: &str, body: &[u8]) -> StoreResult<Rows> {
                 meta: h.meta,
             })
             .collect(),
-        waiters: Vec::new(),
+        ..Rows::default()
     })
 }
 
