@@ -21,6 +21,7 @@ pub mod server;
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;
+pub(crate) mod nats;
 pub(crate) mod postgres;
 pub(crate) mod queue;
 pub mod redis;

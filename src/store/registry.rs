@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::kind::{Address, Caps, Kind, Opening, Scheme, Several};
 use super::{Store, StoreResult};
-use super::{etcd, file, mysql, postgres, redis, zk};
+use super::{etcd, file, mysql, nats, postgres, redis, zk};
 
 /// Every kind, in the order `--help` and messages list them.
-pub static KINDS: [&Kind; 7] = [
+pub static KINDS: [&Kind; 8] = [
     &FILE,
     &REDIS,
     &REDIS_CLUSTER,
@@ -24,6 +24,7 @@ pub static KINDS: [&Kind; 7] = [
     &ZOOKEEPER,
     &POSTGRES,
     &MYSQL,
+    &NATS,
 ];
 
 /// The embedded store: a directory on this host, no server (the default).
@@ -145,6 +146,18 @@ pub static MYSQL: Kind = Kind {
         default_port: 3306,
         several: Several::No,
         open: |url, namespace, timeout| opened(mysql::Mysql::connect(url, namespace, timeout)),
+    },
+    caps: SQL_CAPS,
+};
+
+/// NATS JetStream KV: one record per name in a bucket, leases expired by the server.
+pub static NATS: Kind = Kind {
+    named: "NATS",
+    schemes: &[Scheme::plain("nats"), Scheme::tls("tls")],
+    address: Address::Hosts {
+        default_port: 4222,
+        several: Several::Yes,
+        open: |url, namespace, timeout| opened(nats::Nats::connect(url, namespace, timeout)),
     },
     caps: SQL_CAPS,
 };

@@ -14,6 +14,7 @@ use dlock::store::{Store, registry, url};
 
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
+use crate::common::nats::NatsServer;
 use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
@@ -113,6 +114,11 @@ fn mariadb() -> Subject {
     by_url(shared(&SERVER, MariaDb::start, MariaDb::url))
 }
 
+fn nats() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, NatsServer::start, NatsServer::url))
+}
+
 /// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
 /// whenever every task waits, so its expiry properties take no real time.
 fn runtime(paused: bool) -> tokio::runtime::Runtime {
@@ -162,6 +168,7 @@ conformance! {
     postgres (paused: false) => postgres();
     pgbouncer (paused: false) => pgbouncer();
     mariadb (paused: false) => mariadb();
+    nats (paused: false) => nats();
 }
 
 /// Every property of the suite runs: each `pub async fn` in it is on its list (and so a test

@@ -1,0 +1,66 @@
+//! How a waiter learns that it may look again: a watch on the bucket (an ordered consumer
+//! the server pushes to) over two kinds of keys.
+//!
+//! - Its own key (`NS.w.TOKEN`): a release rings the longest-waiting live waiter of the name
+//!   by writing `wake` there (`sql::rules` picks one: never the herd).
+//! - The namespace's holder keys, for the server's marker of an expiry only: a holder that
+//!   died is released by nobody. A release deletes its holder key, which the watch tells
+//!   apart (a delete, not the marker), so releases wake no one but the one rung.
+//!
+//! A lost watch (the server restarted) leaves the waiter looking again every `MAX_POLL`.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{Operation, Store, Watch};
+use async_trait::async_trait;
+use futures_util::StreamExt;
+
+use crate::store::Listener;
+
+/// What a release writes to a waiter's key to wake it.
+pub const RING: &[u8] = b"wake";
+/// What a waiter writes to its key while it waits.
+pub const WAITING: &[u8] = b"wait";
+
+pub struct Bell {
+    watch: Option<Watch>,
+    own: String,
+}
+
+impl Bell {
+    /// Watch `own` (the waiter's key) and every key under `holders` (a wildcard subject).
+    pub async fn open(kv: &Store, own: String, holders: String) -> Bell {
+        let watch = kv.watch_many([own.as_str(), holders.as_str()]).await.ok();
+        Bell { watch, own }
+    }
+}
+
+#[async_trait]
+impl Listener for Bell {
+    async fn changed(&mut self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        let Some(watch) = self.watch.as_mut() else {
+            tokio::time::sleep_until(deadline).await;
+            return;
+        };
+        loop {
+            match tokio::time::timeout_at(deadline, watch.next()).await {
+                Err(_) => return,
+                Ok(Some(Ok(e))) => {
+                    let rung = e.key == self.own
+                        && e.operation == Operation::Put
+                        && e.value.as_ref() == RING;
+                    let expired = e.key != self.own && e.operation == Operation::Purge;
+                    if rung || expired {
+                        return;
+                    }
+                }
+                Ok(_) => {
+                    self.watch = None;
+                    tokio::time::sleep_until(deadline).await;
+                    return;
+                }
+            }
+        }
+    }
+}
