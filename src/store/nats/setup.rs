@@ -50,6 +50,34 @@ pub async fn connect(
              digits, - and _)"
         )));
     }
+    let o = options(url, timeout, creds, ca, identity).await?;
+    let scheme = if url.tls { "tls" } else { "nats" };
+    let addrs = url
+        .hosts
+        .iter()
+        .map(|h| format!("{scheme}://{h}").parse::<ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::invalid(format!("a NATS server address: {e}")))?;
+    let client = async_nats::connect_with_options(addrs, o)
+        .await
+        .map_err(|e| match e.kind() {
+            ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
+                StoreError::refused(format!("NATS refused the credentials: {e}"))
+            }
+            ConnectErrorKind::Tls => StoreError::unavailable(format!("NATS TLS: {e}")),
+            _ => StoreError::unavailable(format!("cannot reach NATS: {e}")),
+        })?;
+    Ok((client, Options { bucket, create }))
+}
+
+/// The client's options: its name and timeouts, the URL's credentials and TLS files.
+async fn options(
+    url: &ServerUrl,
+    timeout: Duration,
+    creds: Option<String>,
+    ca: Option<String>,
+    identity: (Option<String>, Option<String>),
+) -> StoreResult<ConnectOptions> {
     if !url.tls && (ca.is_some() || identity.0.is_some() || identity.1.is_some()) {
         return Err(StoreError::invalid(
             "ca_file, cert_file and key_file need a tls:// URL",
@@ -91,23 +119,7 @@ pub async fn connect(
             _ => return Err(StoreError::invalid("cert_file and key_file go together")),
         }
     }
-    let scheme = if url.tls { "tls" } else { "nats" };
-    let addrs = url
-        .hosts
-        .iter()
-        .map(|h| format!("{scheme}://{h}").parse::<ServerAddr>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| StoreError::invalid(format!("a NATS server address: {e}")))?;
-    let client = async_nats::connect_with_options(addrs, o)
-        .await
-        .map_err(|e| match e.kind() {
-            ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
-                StoreError::refused(format!("NATS refused the credentials: {e}"))
-            }
-            ConnectErrorKind::Tls => StoreError::unavailable(format!("NATS TLS: {e}")),
-            _ => StoreError::unavailable(format!("cannot reach NATS: {e}")),
-        })?;
-    Ok((client, Options { bucket, create }))
+    Ok(o)
 }
 
 /// The bucket's stream configuration; None when there is no such bucket.
