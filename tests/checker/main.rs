@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
+use common::nats::NatsServer;
 use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::zk::ZkServer;
@@ -336,7 +337,7 @@ impl Fault {
     }
 }
 
-const SETUPS: [&str; 11] = [
+const SETUPS: [&str; 12] = [
     "file",
     "redis",
     "quorum3",
@@ -348,6 +349,7 @@ const SETUPS: [&str; 11] = [
     "zk",
     "postgres",
     "mysql",
+    "nats",
 ];
 
 enum Stores {
@@ -358,6 +360,7 @@ enum Stores {
     Zk(ZkServer),
     Postgres(PgServer),
     Mysql(MariaDb),
+    Nats(NatsServer),
 }
 
 struct Setup {
@@ -377,6 +380,9 @@ impl Setup {
     fn expiry_grain(&self) -> Duration {
         match self.stores {
             Stores::Etcd(_) | Stores::Zk(_) => Duration::from_millis(500),
+            // Nats-TTL is whole seconds (dlock rounds a lease up), and the server's expiry
+            // timer fires on its own schedule.
+            Stores::Nats(_) => Duration::from_millis(1500),
             _ => Duration::ZERO,
         }
     }
@@ -553,6 +559,28 @@ impl Setup {
                 ],
                 min_ttl: short,
             },
+            // One server; restarted with its data (server-restart) and with its store dir
+            // emptied (forget-one: fences keep rising, floored at the server's clock).
+            "nats" => Setup {
+                stores: Stores::Nats(NatsServer::start()),
+                faults: vec![
+                    HolderKill,
+                    CommandKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
+                    ForgetOne,
+                ],
+                // Nats-TTL's least is 1 s.
+                min_ttl: Duration::from_secs(1),
+            },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
     }
@@ -566,6 +594,7 @@ impl Setup {
             Stores::Zk(z) => vec![z.url()],
             Stores::Postgres(p) => vec![p.url()],
             Stores::Mysql(m) => vec![m.url()],
+            Stores::Nats(n) => vec![n.url()],
         }
     }
 
@@ -580,6 +609,8 @@ impl Setup {
         match &self.stores {
             Stores::Mysql(_) => 8,
             Stores::Postgres(_) | Stores::Cluster(_) => 4,
+            // Read the record, write the holder key, write the record.
+            Stores::Nats(_) => 3,
             Stores::Zk(_) => 2,
             _ => 1,
         }
@@ -678,6 +709,9 @@ impl Setup {
                  SELECT CONCAT(name, ' waiting ', token) FROM app.dlock_waiters WHERE expires > \
                  TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000",
             )),
+            // The record (`default.r.NAME`) stays by design; no holder or waiter key may be
+            // live (the server expires the keys of those that died).
+            Stores::Nats(n) => n.live_keys(&["default.h.>", "default.w.>"]),
         }
     }
 }
@@ -997,33 +1031,44 @@ impl Run {
                 format!("leader {} of 3", leader + 1)
             }
             Stores::Postgres(p) => {
-                match fault {
-                    Fault::StoreStop => {
-                        p.pause();
-                        thread::sleep(ttl * 2);
-                        p.resume();
-                    }
-                    Fault::ServerRestart => p.restart(),
-                    _ => unreachable!(),
-                }
-                "the server".to_string()
+                one_server(fault, ttl, p, PgServer::pause, PgServer::resume, |s| {
+                    s.restart()
+                })
             }
-            Stores::Mysql(m) => {
-                match fault {
-                    Fault::StoreStop => {
-                        m.pause();
-                        thread::sleep(ttl * 2);
-                        m.resume();
-                    }
-                    Fault::ServerRestart => m.restart(),
-                    _ => unreachable!(),
-                }
-                "the server".to_string()
+            Stores::Mysql(m) => one_server(fault, ttl, m, MariaDb::pause, MariaDb::resume, |s| {
+                s.restart()
+            }),
+            Stores::Nats(n) => {
+                one_server(fault, ttl, n, NatsServer::pause, NatsServer::resume, |s| {
+                    s.restart()
+                })
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
         };
         Injected::store(fault, outcome)
     }
+}
+
+/// A store fault on a store of one server: frozen for twice the ttl, or crashed and started
+/// again at once on its data.
+fn one_server<S>(
+    fault: Fault,
+    ttl: Duration,
+    s: &mut S,
+    pause: fn(&S),
+    resume: fn(&S),
+    restart: fn(&mut S),
+) -> String {
+    match fault {
+        Fault::StoreStop => {
+            pause(s);
+            thread::sleep(ttl * 2);
+            resume(s);
+        }
+        Fault::ServerRestart => restart(s),
+        _ => unreachable!(),
+    }
+    "the server".to_string()
 }
 
 /// A store fault on independent Redis servers: `hit` is the minority it takes down.
@@ -1382,7 +1427,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let stalls = server_life::stalls(&secs, &injected, &spans);
         // One store that forgot has nobody to remember for it (see `forget`).
         let alone = match &setup.stores {
-            Stores::File(_) | Stores::Cluster(_) => true,
+            Stores::File(_) | Stores::Cluster(_) | Stores::Nats(_) => true,
             Stores::Redis(s) => s.len() == 1,
             _ => false,
         };

@@ -114,9 +114,63 @@ impl NatsServer {
         self.url_of("locks")
     }
 
+    /// Freeze the server (it keeps its port but answers nothing).
+    pub fn pause(&self) {
+        if let Some(c) = &self.child {
+            super::signal(c.id(), libc::SIGSTOP);
+        }
+    }
+
+    pub fn resume(&self) {
+        if let Some(c) = &self.child {
+            super::signal(c.id(), libc::SIGCONT);
+        }
+    }
+
+    /// The keys of bucket `locks` under these filters that hold a value now (not deleted,
+    /// not expired by the server), as an operator's `nats kv ls` would find them.
+    pub fn live_keys(&self, filters: &[&str]) -> Vec<String> {
+        use async_nats::jetstream;
+        use futures_util::StreamExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = async_nats::connect(format!("127.0.0.1:{}", self.port))
+                .await
+                .unwrap();
+            let js = jetstream::new(client);
+            let Ok(kv) = js.get_key_value("locks").await else {
+                return Vec::new();
+            };
+            let mut live = Vec::new();
+            for f in filters {
+                let mut info = kv
+                    .stream
+                    .info_with_subjects(format!("$KV.locks.{f}"))
+                    .await
+                    .unwrap();
+                let mut keys = Vec::new();
+                while let Some(Ok((subject, _))) = info.next().await {
+                    keys.push(subject.trim_start_matches("$KV.locks.").to_string());
+                }
+                for k in keys {
+                    if let Ok(Some(e)) = kv.entry(k.clone()).await
+                        && e.operation == jetstream::kv::Operation::Put
+                    {
+                        live.push(k);
+                    }
+                }
+            }
+            live
+        })
+    }
+
     /// Kill the server (SIGKILL; its data stays in its store dir).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
+            super::signal(c.id(), libc::SIGCONT);
             let _ = c.kill();
             let _ = c.wait();
         }

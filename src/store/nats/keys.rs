@@ -24,24 +24,13 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// The text an `escape` came from; None for a token no escape makes.
+/// The text an `escape` came from; None for a token no escape makes. An escape has no `%`
+/// (it is `=25`), so with `=` read as `%` it is percent-encoding.
 pub fn unescape(token: &str) -> Option<String> {
     if token == "=" {
         return Some(String::new());
     }
-    let bytes = token.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'=' {
-            out.push(u8::from_str_radix(token.get(i + 1..i + 3)?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    crate::store::server::percent_decode(&token.replace('=', "%")).ok()
 }
 
 /// The keys of one namespace.

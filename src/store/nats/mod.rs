@@ -79,6 +79,18 @@ struct Loaded {
     waiters: HashMap<String, Got>,
 }
 
+/// A key a decision writes before the records: a holder's lease or a waiter's presence.
+struct Lease {
+    key: String,
+    value: Bytes,
+    /// The revision it must still be at (a holder the record names), or None.
+    expect: Option<u64>,
+    ttl: Duration,
+    holder: bool,
+    /// A holder's key that was live when read: a renewal, or a grant tried again.
+    was_live: bool,
+}
+
 /// How one try of an operation ended.
 enum Step {
     Done,
@@ -230,17 +242,30 @@ impl Nats {
                     // A holder the record names is written only over the key it read (a
                     // renewal never brings a lease back); a new one unconditionally.
                     let expect = l.holders.get(&row.token).map(|g| g.rev);
-                    if l.holders.get(&row.token).is_some_and(|g| g.live) {
+                    let was_live = l.holders.get(&row.token).is_some_and(|g| g.live);
+                    if was_live {
                         renewed.push((name, &row.token));
                     }
-                    let key = self.keys.holder(name, &row.token);
-                    leases.push((key, Bytes::from_static(b"held"), expect, ttl(row.expires)));
+                    leases.push(Lease {
+                        key: self.keys.holder(name, &row.token),
+                        value: Bytes::from_static(b"held"),
+                        expect,
+                        ttl: ttl(row.expires),
+                        holder: true,
+                        was_live,
+                    });
                 }
                 Write::PutWaiter { row, .. } => {
                     let key = self.keys.waiter(&row.token);
-                    if !leases.iter().any(|(k, ..)| *k == key) {
-                        let waiting = Bytes::from_static(wake::WAITING);
-                        leases.push((key, waiting, None, ttl(row.expires)));
+                    if !leases.iter().any(|l| l.key == key) {
+                        leases.push(Lease {
+                            key,
+                            value: Bytes::from_static(wake::WAITING),
+                            expect: None,
+                            ttl: ttl(row.expires),
+                            holder: false,
+                            was_live: false,
+                        });
                     }
                 }
                 _ => {}
@@ -249,7 +274,7 @@ impl Nats {
         let wrote = join_all(
             leases
                 .iter()
-                .map(|(k, v, expect, ttl)| b.put(k, v.clone(), *expect, Some(*ttl))),
+                .map(|l| b.put(&l.key, l.value.clone(), l.expect, Some(l.ttl))),
         )
         .await;
         if first_conflict(wrote)? {
@@ -289,14 +314,15 @@ impl Nats {
 
     /// Write every changed record with the revision it was read at, in name order. False if
     /// one lost to another writer: the holder keys this grant wrote are deleted then, so the
-    /// records it did write name a dead holder.
+    /// records it did write name a dead holder, and no key the records do not name lingers
+    /// until its expiry (whose marker would wake the waiters for nothing).
     async fn write_records(
         &self,
         b: &Bucket,
         names: &[String],
         loaded: &[Loaded],
         rows: &[Rows],
-        leases: &[(String, Bytes, Option<u64>, Duration)],
+        leases: &[Lease],
     ) -> StoreResult<bool> {
         let mut wrote_any = false;
         for (i, r) in rows.iter().enumerate() {
@@ -309,12 +335,15 @@ impl Nats {
             match b.put(&key, body, Some(loaded[i].rev), None).await? {
                 Wrote::Done(_) => wrote_any = true,
                 Wrote::Conflict => {
-                    if wrote_any {
-                        let holders = leases.iter().filter(|(k, ..)| k.contains(".h."));
-                        let gone = holders.map(|(k, ..)| b.delete(k, setup::MARKER_TTL));
-                        for r in join_all(gone).await {
-                            r?;
-                        }
+                    // A holder key that was live before is this token's own lease (a grant
+                    // tried again): it stays, unless a partial grant must die. Any other
+                    // would be a lease no grant gave, live if a record names its token.
+                    let undo = leases
+                        .iter()
+                        .filter(|l| l.holder && (wrote_any || !l.was_live));
+                    let gone = undo.map(|l| b.delete(&l.key, setup::MARKER_TTL));
+                    for r in join_all(gone).await {
+                        r?;
                     }
                     return Ok(false);
                 }
