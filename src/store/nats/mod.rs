@@ -136,8 +136,10 @@ impl Nats {
         Ok(())
     }
 
-    /// A name's record and the keys of everyone it names, read in parallel.
-    async fn load(&self, b: &Bucket, name: &str) -> StoreResult<Loaded> {
+    /// A name's record and the keys of everyone it names, read in parallel. With `floor` (an
+    /// operation that may grant), its fence counter is read floored (see the module doc); the
+    /// others see the last fence handed out, as `inspect` must show it.
+    async fn load(&self, b: &Bucket, name: &str, floor: bool) -> StoreResult<Loaded> {
         let got = b.get(&self.keys.record(name)).await?;
         let (mut record, present) = if got.live {
             let r = serde_json::from_slice::<Record>(&got.value).map_err(|e| {
@@ -147,7 +149,7 @@ impl Nats {
         } else {
             (Record::empty(), false)
         };
-        if present {
+        if present && floor {
             // The floor by the server's clock at the record's last write: see the module doc.
             let floor = i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX);
             record.fence = record.fence.max(floor);
@@ -186,7 +188,7 @@ impl Nats {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<Step> {
-        let loaded = join_all(names.iter().map(|n| self.load(b, n)))
+        let loaded = join_all(names.iter().map(|n| self.load(b, n, create)))
             .await
             .into_iter()
             .collect::<StoreResult<Vec<_>>>()?;
@@ -424,10 +426,9 @@ impl Backend for Nats {
                         "too many clients writing the same lock at once; try again",
                     ));
                 }
+                // The bucket is gone (deleted, or a server come back empty), or another
+                // client just created it again under our old handle: set it up again.
                 Err(e) if self.create && e.kind() == ErrorKind::Config && tries < 3 => {
-                    if b.exists().await? {
-                        return Err(e);
-                    }
                     self.recreate().await?;
                 }
                 Err(e) => return Err(e),

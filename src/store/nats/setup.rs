@@ -166,14 +166,23 @@ pub fn no_ttl(bucket: &str) -> StoreError {
 pub async fn ensure(js: &Context, bucket: &str, create: bool) -> StoreResult<kv::Store> {
     match stream_config(js, bucket).await? {
         None if create => {
-            js.create_key_value(kv::Config {
-                bucket: bucket.to_string(),
-                history: 1,
-                limit_markers: Some(MARKER_TTL),
-                ..kv::Config::default()
-            })
-            .await
-            .map_err(|e| StoreError::unavailable(format!("cannot create the KV bucket: {e}")))?;
+            let made = js
+                .create_key_value(kv::Config {
+                    bucket: bucket.to_string(),
+                    history: 1,
+                    limit_markers: Some(MARKER_TTL),
+                    ..kv::Config::default()
+                })
+                .await;
+            if let Err(e) = made {
+                // Another dlock may have created it first, as this one would have; anything
+                // else is an answer to report.
+                if stream_config(js, bucket).await?.is_none() {
+                    return Err(StoreError::unavailable(format!(
+                        "cannot create the KV bucket: {e}"
+                    )));
+                }
+            }
         }
         None => {
             return Err(StoreError::config(format!(
