@@ -137,24 +137,18 @@ fn fences_rise_across_a_deleted_record_a_deleted_bucket_and_an_emptied_server() 
     assert!(fence(&env, "f") >= last);
 }
 
-/// A lease nobody releases (a `lock` whose script died) ends by the server's expiry of its
-/// holder key: the waiter is let in, told the lease before expired.
+/// A lease nobody releases (a `lock` whose script died, after one `extend`) ends by the
+/// server's expiry of its holder key: the waiter is let in within its wait, told the lease
+/// before expired. A renewal written without `Nats-TTL` would make the key immortal.
 #[test]
-fn an_abandoned_lease_ends_by_the_servers_expiry() {
+fn an_abandoned_lease_ends_by_the_servers_expiry_after_a_renewal() {
     let server = NatsServer::start();
     let env = Env::with_stores(vec![server.url()]);
-    assert_code(&env.run(&["lock", "k", "--ttl", "2s"]), 0);
+    let token = stdout(&env.run(&["lock", "k", "--ttl", "2s"]));
+    let o = env.run(&["extend", "k", "--token", token.trim(), "--ttl", "2s"]);
+    assert_code(&o, 0);
     assert!(env.held("k"));
-    let o = env.run(&[
-        "run",
-        "k",
-        "-w",
-        "30s",
-        "--",
-        "sh",
-        "-c",
-        "echo $DLOCK_PREVIOUS",
-    ]);
+    let o = env.run(&["run", "k", "-w", "8s", "--", "sh", "-c", "echo $DLOCK_PREVIOUS"]);
     assert_code(&o, 0);
     assert_eq!(stdout(&o).trim(), "expired");
 }
@@ -195,4 +189,21 @@ fn a_wrong_password_is_exit_77_and_no_secret_is_shown() {
     let o = output_within(c, Duration::from_secs(30));
     assert_code(&o, 75);
     assert!(!stderr(&o).contains("s3cret-pw"), "{}", stderr(&o));
+}
+
+/// `tls://` with the CA that signed the server's certificate; without it the server is not
+/// trusted (the system's roots do not know a test CA).
+#[test]
+fn tls_with_a_self_signed_ca() {
+    let dir = temp_dir();
+    let (ca, cert, key) = tls_certs(dir.path());
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let server = NatsServer::start_with(&["--tls", "--tlscert", &cert, "--tlskey", &key]);
+    let at = format!("tls://127.0.0.1:{}/locks?create=1", server.port);
+    let env = Env::with_stores(vec![format!("{at}&ca_file={}", ca.display())]);
+    let o = env.run(&["run", "t", "-n", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).trim().parse::<u64>().is_ok(), "{}", stdout(&o));
+    let o = Env::with_stores(vec![at]).run(&["lock", "t", "-n"]);
+    assert_code(&o, 69);
 }
