@@ -148,7 +148,16 @@ fn an_abandoned_lease_ends_by_the_servers_expiry_after_a_renewal() {
     let o = env.run(&["extend", "k", "--token", token.trim(), "--ttl", "2s"]);
     assert_code(&o, 0);
     assert!(env.held("k"));
-    let o = env.run(&["run", "k", "-w", "8s", "--", "sh", "-c", "echo $DLOCK_PREVIOUS"]);
+    let o = env.run(&[
+        "run",
+        "k",
+        "-w",
+        "8s",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_PREVIOUS",
+    ]);
     assert_code(&o, 0);
     assert_eq!(stdout(&o).trim(), "expired");
 }

@@ -65,7 +65,10 @@ pub async fn connect(
                 StoreError::refused(format!("NATS refused the credentials: {e}"))
             }
             ConnectErrorKind::Tls => StoreError::unavailable(format!("NATS TLS: {e}")),
-            _ => StoreError::unavailable(format!("cannot reach NATS: {e}")),
+            _ => {
+                let why = crate::store::io_cause(&e).unwrap_or_else(|| e.to_string());
+                StoreError::unavailable(format!("cannot reach NATS: {why}"))
+            }
         })?;
     Ok((client, Options { bucket, create }))
 }
