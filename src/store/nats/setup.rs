@@ -92,8 +92,12 @@ async fn options(
         .connection_timeout(timeout)
         .request_timeout(Some(timeout))
         .ignore_discovered_servers()
-        // Back soon after a restart: a waiter rides it out by looking again.
-        .reconnect_delay_callback(|n| Duration::from_millis(25u64 << n.min(4)));
+        // The client calls this before its first dial too (n = 1): no pause then. After
+        // that, back soon after a restart (a waiter rides it out by looking again).
+        .reconnect_delay_callback(|n| match n {
+            0 | 1 => Duration::ZERO,
+            n => Duration::from_millis(25u64 << (n - 2).min(4)),
+        });
     o = match (url.user.clone(), url.password.clone()) {
         (Some(u), Some(p)) => o.user_and_password(u, p),
         (None, Some(token)) => o.token(token),
@@ -127,8 +131,14 @@ async fn options(
 
 /// The bucket's stream configuration; None when there is no such bucket.
 pub async fn stream_config(js: &Context, bucket: &str) -> StoreResult<Option<stream::Config>> {
+    let found = stream_of(js, bucket).await?;
+    Ok(found.map(|s| s.cached_info().config.clone()))
+}
+
+/// The bucket's stream; None when there is no such bucket.
+async fn stream_of(js: &Context, bucket: &str) -> StoreResult<Option<stream::Stream>> {
     match js.get_stream(format!("KV_{bucket}")).await {
-        Ok(s) => Ok(Some(s.cached_info().config.clone())),
+        Ok(s) => Ok(Some(s)),
         Err(e) => match e.kind() {
             jetstream::context::GetStreamErrorKind::JetStream(j)
                 if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
@@ -167,7 +177,21 @@ pub fn no_ttl(bucket: &str) -> StoreError {
 /// The bucket, created or set up as a lock needs with `create`, else refused when it is
 /// missing or lacks what a lock needs.
 pub async fn ensure(js: &Context, bucket: &str, create: bool) -> StoreResult<kv::Store> {
-    match stream_config(js, bucket).await? {
+    let found = stream_of(js, bucket).await?;
+    let config = found.as_ref().map(|s| s.cached_info().config.clone());
+    if let Some(stream) = found.filter(|s| lacks(&s.cached_info().config).is_none()) {
+        // As `get_key_value` makes it, without asking the server again (one round trip less
+        // for every process). dlock writes to `$KV.BUCKET.` itself: a mirror is no lock store.
+        return Ok(kv::Store {
+            name: bucket.to_string(),
+            stream_name: format!("KV_{bucket}"),
+            prefix: format!("$KV.{bucket}."),
+            put_prefix: None,
+            use_jetstream_prefix: false,
+            stream,
+        });
+    }
+    match config {
         None if create => {
             let made = js
                 .create_key_value(kv::Config {
