@@ -22,16 +22,20 @@
 //! (`NS.w.TOKEN`) live the same way on a 2 s TTL. The times the rules see are this host's
 //! estimate of what each key has left, used for `inspect` and a waiter's next look only.
 //!
-//! **Fences** are the record's counter, floored at the server's timestamp of the record's
-//! last write (`fence_floor`): a record deleted, a bucket deleted and created again or a
-//! server come back empty starts above every fence it handed out before.
+//! **Fences** are the record's counter, floored (when a grant reads it) at the server's
+//! timestamp of the record's last write (`fence_floor`): a record deleted, a bucket deleted
+//! and created again or a server come back empty starts above every fence it handed out
+//! before. `inspect` shows the counter itself: the last fence handed out.
 //!
 //! **Waiting** is a watch (`wake`): a release rings one waiter's key, an expiry shows as the
 //! server's marker on a holder key.
 //!
 //! **Several names** (`multilock`) are several records: each is written in name order, and
 //! a grant whose later write loses deletes the holder keys it wrote, so the records it
-//! already wrote name a dead holder (the others drop it) and never a live partial grant.
+//! already wrote name a dead holder (the others drop it). Until then those names look held
+//! to others (they wait: safe); the grant itself is never given, so no one enters with part
+//! of its names. This is not one atomic write, unlike the other stores' multi-name grants:
+//! it is safe, and under contention on several names a waiter may wait a little more.
 
 mod bucket;
 mod doctor;
