@@ -23,6 +23,7 @@ pub mod aws;
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;
+pub(crate) mod nats;
 pub(crate) mod postgres;
 pub(crate) mod queue;
 pub(crate) mod record;

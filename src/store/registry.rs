@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::kind::{Address, Caps, Kind, Opening, Scheme, Several};
 use super::{Store, StoreResult};
-use super::{etcd, file, mysql, postgres, redis, s3, zk};
+use super::{etcd, file, mysql, nats, postgres, redis, s3, zk};
 
 /// Every kind, in the order `--help` and messages list them.
-pub static KINDS: [&Kind; 8] = [
+pub static KINDS: [&Kind; 9] = [
     &FILE,
     &REDIS,
     &REDIS_CLUSTER,
@@ -25,6 +25,7 @@ pub static KINDS: [&Kind; 8] = [
     &POSTGRES,
     &MYSQL,
     &S3,
+    &NATS,
 ];
 
 /// The embedded store: a directory on this host, no server (the default).
@@ -161,6 +162,18 @@ pub static S3: Kind = Kind {
         notified: false,
         ..Caps::PLAIN
     },
+};
+
+/// NATS JetStream KV: one record per name in a bucket, leases expired by the server.
+pub static NATS: Kind = Kind {
+    named: "NATS",
+    schemes: &[Scheme::plain("nats"), Scheme::tls("tls")],
+    address: Address::Hosts {
+        default_port: 4222,
+        several: Several::Yes,
+        open: |url, namespace, timeout| opened(nats::Nats::connect(url, namespace, timeout)),
+    },
+    caps: SQL_CAPS,
 };
 
 /// An adapter's connect as the table's openers answer it.

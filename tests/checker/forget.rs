@@ -49,6 +49,10 @@ pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
             }
             format!("{n} state files wiped")
         }
+        Stores::Nats(n) => {
+            n.start_again_empty();
+            "the server restarted with its store dir emptied".to_string()
+        }
         _ => unreachable!("no forgetting fault on a durable store"),
     }
 }

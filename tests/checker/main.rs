@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
+use common::nats::NatsServer;
 use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::s3::S3Server;
@@ -337,7 +338,7 @@ impl Fault {
     }
 }
 
-const SETUPS: [&str; 12] = [
+const SETUPS: [&str; 13] = [
     "file",
     "redis",
     "quorum3",
@@ -350,6 +351,7 @@ const SETUPS: [&str; 12] = [
     "postgres",
     "mysql",
     "s3",
+    "nats",
 ];
 
 enum Stores {
@@ -361,6 +363,7 @@ enum Stores {
     Postgres(PgServer),
     Mysql(MariaDb),
     S3(S3Server),
+    Nats(NatsServer),
 }
 
 struct Setup {
@@ -383,6 +386,9 @@ impl Setup {
             // A lease on S3 ends by the server's Date (whole seconds) plus a second's
             // padding, and a waiter sees it at its next look (up to 1.5 s later).
             Stores::S3(_) => Duration::from_millis(3500),
+            // Nats-TTL is whole seconds (dlock rounds a lease up), and the server's expiry
+            // timer fires on its own schedule.
+            Stores::Nats(_) => Duration::from_millis(1500),
             _ => Duration::ZERO,
         }
     }
@@ -565,6 +571,28 @@ impl Setup {
                 faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
                 min_ttl: Duration::from_secs(2),
             },
+            // One server; restarted with its data (server-restart) and with its store dir
+            // emptied (forget-one: fences keep rising, floored at the server's clock).
+            "nats" => Setup {
+                stores: Stores::Nats(NatsServer::start()),
+                faults: vec![
+                    HolderKill,
+                    CommandKill,
+                    HolderStop,
+                    ClockJump,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    LostGrant,
+                    Delay,
+                    WaiterKill,
+                    ClockRate,
+                    ForgetOne,
+                ],
+                // Nats-TTL's least is 1 s.
+                min_ttl: Duration::from_secs(1),
+            },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
     }
@@ -579,6 +607,7 @@ impl Setup {
             Stores::Postgres(p) => vec![p.url()],
             Stores::Mysql(m) => vec![m.url()],
             Stores::S3(s) => vec![s.url()],
+            Stores::Nats(n) => vec![n.url()],
         }
     }
 
@@ -595,6 +624,8 @@ impl Setup {
             // Read the record, write it (a new connection: one more).
             Stores::S3(_) => 3,
             Stores::Postgres(_) | Stores::Cluster(_) => 4,
+            // Read the record, write the holder key, write the record.
+            Stores::Nats(_) => 3,
             Stores::Zk(_) => 2,
             _ => 1,
         }
@@ -698,6 +729,9 @@ impl Setup {
                  SELECT CONCAT(name, ' waiting ', token) FROM app.dlock_waiters WHERE expires > \
                  TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000",
             )),
+            // The record (`default.r.NAME`) stays by design; no holder or waiter key may be
+            // live (the server expires the keys of those that died).
+            Stores::Nats(n) => n.live_keys(&["default.h.>", "default.w.>"]),
         }
     }
 }
@@ -1017,28 +1051,17 @@ impl Run {
                 format!("leader {} of 3", leader + 1)
             }
             Stores::Postgres(p) => {
-                match fault {
-                    Fault::StoreStop => {
-                        p.pause();
-                        thread::sleep(ttl * 2);
-                        p.resume();
-                    }
-                    Fault::ServerRestart => p.restart(),
-                    _ => unreachable!(),
-                }
-                "the server".to_string()
+                one_server(fault, ttl, p, PgServer::pause, PgServer::resume, |s| {
+                    s.restart()
+                })
             }
-            Stores::Mysql(m) => {
-                match fault {
-                    Fault::StoreStop => {
-                        m.pause();
-                        thread::sleep(ttl * 2);
-                        m.resume();
-                    }
-                    Fault::ServerRestart => m.restart(),
-                    _ => unreachable!(),
-                }
-                "the server".to_string()
+            Stores::Mysql(m) => one_server(fault, ttl, m, MariaDb::pause, MariaDb::resume, |s| {
+                s.restart()
+            }),
+            Stores::Nats(n) => {
+                one_server(fault, ttl, n, NatsServer::pause, NatsServer::resume, |s| {
+                    s.restart()
+                })
             }
             Stores::S3(s) => {
                 match fault {
@@ -1056,6 +1079,28 @@ impl Run {
         };
         Injected::store(fault, outcome)
     }
+}
+
+/// A store fault on a store of one server: frozen for twice the ttl, or crashed and started
+/// again at once on its data.
+fn one_server<S>(
+    fault: Fault,
+    ttl: Duration,
+    s: &mut S,
+    pause: fn(&S),
+    resume: fn(&S),
+    restart: fn(&mut S),
+) -> String {
+    match fault {
+        Fault::StoreStop => {
+            pause(s);
+            thread::sleep(ttl * 2);
+            resume(s);
+        }
+        Fault::ServerRestart => restart(s),
+        _ => unreachable!(),
+    }
+    "the server".to_string()
 }
 
 /// A store fault on independent Redis servers: `hit` is the minority it takes down.
@@ -1414,7 +1459,7 @@ fn run_setup(name: &'static str, mut cfg: Config, beyond: &[Fault]) -> (String, 
         let stalls = server_life::stalls(&secs, &injected, &spans);
         // One store that forgot has nobody to remember for it (see `forget`).
         let alone = match &setup.stores {
-            Stores::File(_) | Stores::Cluster(_) => true,
+            Stores::File(_) | Stores::Cluster(_) | Stores::Nats(_) => true,
             Stores::Redis(s) => s.len() == 1,
             _ => false,
         };

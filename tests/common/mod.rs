@@ -7,6 +7,7 @@
 pub mod etcd;
 pub mod line;
 pub mod mysql;
+pub mod nats;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod proxy;

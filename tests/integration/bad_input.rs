@@ -86,6 +86,20 @@ fn every_bad_input_gets_one_line_its_exit_code_and_leaves_leases_alone() {
             vec![s("--store"), s("file://relative/dir"), s("lock"), s("held")],
             64,
         ),
+        // A NATS URL names its KV bucket, and `create` is 1 or 0.
+        (
+            vec![s("--store"), s("nats://h:4222"), s("lock"), s("held")],
+            64,
+        ),
+        (
+            vec![
+                s("--store"),
+                s("nats://h/b?create=yes"),
+                s("lock"),
+                s("held"),
+            ],
+            64,
+        ),
         (
             vec![
                 s("--store"),
@@ -610,6 +624,7 @@ fn the_time_a_timeout_message_names_is_true() {
         format!("etcd://127.0.0.1:{port}"),
         format!("zk://127.0.0.1:{port}"),
         format!("redis://127.0.0.1:{port}"),
+        format!("nats://127.0.0.1:{port}/locks"),
     ] {
         let env = Env::with_stores(vec![url.clone()]);
         let started = std::time::Instant::now();

@@ -14,6 +14,7 @@ use dlock::store::{Store, registry, url};
 
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
+use crate::common::nats::NatsServer;
 use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::{RedisCluster, RedisServer};
@@ -120,6 +121,11 @@ fn s3() -> Subject {
     by_url(shared(&SERVER, S3Server::start, S3Server::url))
 }
 
+fn nats() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, NatsServer::start, NatsServer::url))
+}
+
 /// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
 /// whenever every task waits, so its expiry properties take no real time.
 fn runtime(paused: bool) -> tokio::runtime::Runtime {
@@ -170,6 +176,7 @@ conformance! {
     pgbouncer (paused: false) => pgbouncer();
     mariadb (paused: false) => mariadb();
     s3 (paused: false) => s3();
+    nats (paused: false) => nats();
 }
 
 /// Every property of the suite runs: each `pub async fn` in it is on its list (and so a test
@@ -265,6 +272,17 @@ mod forgetting {
         });
         let subject = by_url(url);
         runtime(false).block_on(fence_after_the_store_forgot_is_higher(&subject, wipe));
+    }
+
+    #[test]
+    fn nats() {
+        let server = Arc::new(Mutex::new(NatsServer::start()));
+        let url: &'static str = Box::leak(server.lock().unwrap().url().into_boxed_str());
+        let wipe: Wipe = Box::new(move || {
+            server.lock().unwrap().start_again_empty();
+            Box::pin(async {})
+        });
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));
     }
 
     #[test]

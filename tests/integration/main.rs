@@ -51,6 +51,7 @@ mod server_life;
 mod shards;
 mod store_etcd;
 mod store_life;
+mod store_nats;
 mod store_redis;
 mod store_redis_cluster;
 mod store_s3;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
+use crate::common::nats::NatsServer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::RedisServer;
 use crate::common::zk::ZkServer;
@@ -254,6 +255,23 @@ fn mixed_multilock_on_postgres() {
 fn mixed_multilock_on_mariadb() {
     let server = MariaDb::start();
     mixed_multilock(&Env::with_stores(vec![server.url()]));
+}
+
+#[test]
+fn mixed_multilock_on_nats() {
+    let server = NatsServer::start();
+    mixed_multilock(&Env::with_stores(vec![server.url()]));
+}
+
+/// A quorum mixing NATS with Redis: each grant is a majority of two kinds of store.
+#[test]
+fn mixed_multilock_on_a_quorum_of_nats_and_redis() {
+    let (a, b, redis) = (
+        NatsServer::start(),
+        NatsServer::start(),
+        RedisServer::start(),
+    );
+    mixed_multilock(&Env::with_stores(vec![a.url(), redis.url(), b.url()]));
 }
 
 /// Across Redis Cluster slots and over a quorum the grant is not one operation: canonical

@@ -29,7 +29,7 @@ fn waiters(redis: &RedisServer, name: &str) -> usize {
         .unwrap()
 }
 
-fn request(name: &str) -> Acquire {
+pub(crate) fn request(name: &str) -> Acquire {
     Acquire {
         names: vec![name.to_string()],
         token: dlock::names::new_token(),
@@ -38,6 +38,39 @@ fn request(name: &str) -> Acquire {
         meta: "{}".into(),
         detached: false,
     }
+}
+
+/// Five exclusive waiters queue behind `holder` on `name`; its release must wake exactly
+/// one listener, the longest-waiting one, well within `max` (each listens that long).
+pub(crate) async fn one_release_wakes_one_of_five(
+    store: &dyn Store,
+    name: &str,
+    holder: &Acquire,
+    max: Duration,
+) {
+    let mut listeners = Vec::new();
+    for _ in 0..5 {
+        let w = request(name);
+        let l = store.listen(&w).await.unwrap();
+        let busy = store.try_acquire(&w, true).await.unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }));
+        listeners.push(l);
+    }
+    let names = &holder.names;
+    assert!(
+        store
+            .release(names, &holder.token, Outcome::Released)
+            .await
+            .unwrap()
+    );
+    let woken = join_all(listeners.iter_mut().map(|l| async move {
+        let start = Instant::now();
+        l.changed(max).await;
+        start.elapsed() < max * 3 / 4
+    }))
+    .await;
+    assert_eq!(woken.iter().filter(|w| **w).count(), 1, "{woken:?}");
+    assert!(woken[0], "the longest-waiting waiter is the one woken");
 }
 
 /// Five queued exclusive waiters, one release: exactly one waiter's listener fires.
@@ -60,30 +93,7 @@ fn one_release_wakes_exactly_one_exclusive_waiter() {
             store.try_acquire(&holder, false).await.unwrap(),
             Attempt::Granted(_)
         ));
-        let mut listeners = Vec::new();
-        for _ in 0..5 {
-            let w = request("hot");
-            let l = store.listen(&w).await.unwrap();
-            assert!(matches!(
-                store.try_acquire(&w, true).await.unwrap(),
-                Attempt::Busy { .. }
-            ));
-            listeners.push(l);
-        }
-        assert!(
-            store
-                .release(&holder.names, &holder.token, Outcome::Released)
-                .await
-                .unwrap()
-        );
-        let woken = join_all(listeners.iter_mut().map(|l| async move {
-            let start = Instant::now();
-            l.changed(Duration::from_millis(800)).await;
-            start.elapsed() < Duration::from_millis(600)
-        }))
-        .await;
-        assert_eq!(woken.iter().filter(|w| **w).count(), 1, "{woken:?}");
-        assert!(woken[0], "the longest-waiting waiter is the one woken");
+        one_release_wakes_one_of_five(&store, "hot", &holder, Duration::from_millis(800)).await;
     });
 }
 

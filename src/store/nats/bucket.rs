@@ -1,0 +1,239 @@
+//! The KV bucket as dlock uses it: reads of a key's last message (with the server's
+//! timestamp and headers), and writes as raw publishes whose headers dlock sets itself:
+//! `Nats-Expected-Last-Subject-Sequence` on every conditional write and `Nats-TTL` on every
+//! write of a lease (async-nats's `create_with_ttl` drops the TTL after a delete, and a put
+//! without one makes the key immortal).
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::context::{Context, PublishErrorKind};
+use async_nats::jetstream::kv;
+use async_nats::jetstream::stream::DirectGetErrorKind;
+use bytes::Bytes;
+
+use crate::store::{StoreError, StoreResult};
+
+/// What a key's last message says.
+#[derive(Clone, Debug, Default)]
+pub struct Got {
+    /// Its stream sequence, what a conditional write expects (0: the key has no message).
+    pub rev: u64,
+    /// A value (not a delete, a purge or the server's marker of an expiry).
+    pub live: bool,
+    pub value: Bytes,
+    /// When the server stored it, in µs since the Unix epoch.
+    pub micros: u64,
+    /// Its `Nats-TTL`, if it has one.
+    pub ttl: Option<Duration>,
+}
+
+impl Got {
+    /// About how long a live key has left, in ms, by this host's clock: for `inspect` and a
+    /// waiter's next look only, never for a decision (the server alone expires keys).
+    pub fn left_ms(&self) -> Option<i64> {
+        if !self.live {
+            return None;
+        }
+        let Some(ttl) = self.ttl else {
+            return Some(i64::MAX / 4);
+        };
+        let ttl = ttl.as_millis() as i64;
+        let age = crate::store::wall_ms() - (self.micros / 1000) as i64;
+        Some((ttl - age).clamp(1, ttl.max(1)))
+    }
+}
+
+/// How a conditional write ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Wrote {
+    Done(u64),
+    /// The key's last sequence was not the one expected: someone wrote first.
+    Conflict,
+}
+
+/// The bucket and the stream under it.
+pub struct Bucket {
+    pub js: Context,
+    pub kv: kv::Store,
+    pub name: String,
+}
+
+/// `Nats-TTL` for a lease of `ttl`: whole seconds, rounded up (the server's expiry must come
+/// after the holder's own deadline, never before), at least the server's minimum of 1 s.
+pub fn ttl_header(ttl: Duration) -> String {
+    let secs = ttl.as_millis().div_ceil(1000).max(1);
+    format!("{secs}s")
+}
+
+impl Bucket {
+    fn subject(&self, key: &str) -> String {
+        format!("$KV.{}.{key}", self.name)
+    }
+
+    /// The key's last message.
+    pub async fn get(&self, key: &str) -> StoreResult<Got> {
+        let m = match self
+            .kv
+            .stream
+            .direct_get_last_for_subject(self.subject(key))
+            .await
+        {
+            Ok(m) => m,
+            Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(Got::default()),
+            Err(e) => return Err(self.failed(e).await),
+        };
+        let h = &m.headers;
+        let op = h.get("KV-Operation").map(|v| v.as_str().to_string());
+        let live = h.get("Nats-Marker-Reason").is_none()
+            && !matches!(op.as_deref(), Some("DEL") | Some("PURGE"));
+        let ttl = h.get("Nats-TTL").and_then(|v| parse_ttl(v.as_str()));
+        Ok(Got {
+            rev: m.sequence,
+            live,
+            value: m.payload,
+            micros: (m.time.unix_timestamp_nanos() / 1000).max(0) as u64,
+            ttl,
+        })
+    }
+
+    /// Write `value` to `key`: only if its last sequence is `expect` (0: it has no message),
+    /// when given; with a `Nats-TTL` when given.
+    pub async fn put(
+        &self,
+        key: &str,
+        value: Bytes,
+        expect: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> StoreResult<Wrote> {
+        let mut h = HeaderMap::new();
+        if let Some(seq) = expect {
+            h.insert("Nats-Expected-Last-Subject-Sequence", seq.to_string());
+        }
+        if let Some(ttl) = ttl {
+            h.insert("Nats-TTL", ttl_header(ttl));
+        }
+        self.publish(key, h, value).await
+    }
+
+    /// Delete `key` (a tombstone that itself expires after `ttl`, so nothing is left behind).
+    /// A waiter's watch sees a delete, which it tells apart from the server's marker of an
+    /// expiry.
+    pub async fn delete(&self, key: &str, ttl: Duration) -> StoreResult<Wrote> {
+        let mut h = HeaderMap::new();
+        h.insert("KV-Operation", "DEL");
+        h.insert("Nats-TTL", ttl_header(ttl));
+        self.publish(key, h, Bytes::new()).await
+    }
+
+    async fn publish(&self, key: &str, h: HeaderMap, value: Bytes) -> StoreResult<Wrote> {
+        let sent = self
+            .js
+            .publish_with_headers(self.subject(key), h, value)
+            .await;
+        let ack = match sent {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        match ack {
+            Ok(a) => Ok(Wrote::Done(a.sequence)),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(Wrote::Conflict),
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound => Err(self.gone()),
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
+    /// `get` of a key the caller no longer borrows (for many reads in parallel).
+    pub async fn get_owned(&self, key: String) -> StoreResult<Got> {
+        self.get(&key).await
+    }
+
+    /// After the records are written: delete a key that left, or ring a waiter's (`ring`).
+    /// A failure is only a waiter's later look, so it is not reported.
+    pub async fn after(&self, key: String, ring: bool) {
+        let _ = if ring {
+            let bell = Bytes::from_static(super::wake::RING);
+            self.put(&key, bell, None, Some(super::WAITER_TTL)).await
+        } else {
+            self.delete(&key, super::setup::MARKER_TTL).await
+        };
+    }
+
+    /// The keys under a subject filter (relative to the bucket) that have messages.
+    pub async fn subjects(&self, filter: &str) -> StoreResult<Vec<String>> {
+        use futures_util::StreamExt;
+        let prefix = format!("$KV.{}.", self.name);
+        let mut info = match self
+            .kv
+            .stream
+            .info_with_subjects(format!("{prefix}{filter}"))
+            .await
+        {
+            Ok(i) => i,
+            Err(e) => return Err(self.failed(e).await),
+        };
+        let mut keys = Vec::new();
+        while let Some(s) = info.next().await {
+            match s {
+                Ok((subject, _)) => keys.extend(subject.strip_prefix(&prefix).map(String::from)),
+                Err(e) => return Err(self.failed(e).await),
+            }
+        }
+        Ok(keys)
+    }
+
+    /// The bucket is not there (deleted under us, or a server that came back empty).
+    pub fn gone(&self) -> StoreError {
+        StoreError::config(format!(
+            "the NATS KV bucket {:?} does not exist; add ?create=1 to the store URL to create \
+             it (with per-message TTL and delete markers)",
+            self.name
+        ))
+    }
+
+    /// A failed request: the bucket gone, or the server not answering.
+    async fn failed(&self, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        let text = e.to_string();
+        if text.contains("10166") || text.contains("per-message TTL is disabled") {
+            return super::setup::no_ttl(&self.name);
+        }
+        if text.to_lowercase().contains("permission") {
+            return StoreError::refused(format!("NATS refused the request: {text}")).with_source(e);
+        }
+        // A request to a stream that is gone finds no responder.
+        if let Ok(false) = self.exists().await {
+            return self.gone();
+        }
+        StoreError::unavailable(format!("NATS did not answer: {text}")).with_source(e)
+    }
+
+    /// Whether the bucket's stream is there; an error when the server does not answer.
+    pub async fn exists(&self) -> StoreResult<bool> {
+        super::setup::stream_config(&self.js, &self.name)
+            .await
+            .map(|c| c.is_some())
+    }
+}
+
+/// A `Nats-TTL` as the server writes it: a Go duration ("1s", "1m30s") or whole seconds.
+fn parse_ttl(text: &str) -> Option<Duration> {
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_expires_a_lease_after_its_holder_gives_up() {
+        assert_eq!(ttl_header(Duration::from_millis(500)), "1s");
+        assert_eq!(ttl_header(Duration::from_millis(1001)), "2s");
+        assert_eq!(ttl_header(Duration::from_secs(30)), "30s");
+        assert_eq!(parse_ttl("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_ttl("1m30s"), Some(Duration::from_secs(90)));
+    }
+}

@@ -1,0 +1,203 @@
+//! How a decision of the rules is written: the lease keys first, then each changed record
+//! with the revision it was read at, in name order, then what only tidies up or rings.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+
+use super::bucket::{Bucket, Wrote};
+use super::record::Record;
+use super::{Loaded, Nats, Step, setup, wake};
+use crate::store::StoreResult;
+use crate::store::record::rules::{Rows, Write};
+
+/// A key a decision writes before the records: a holder's lease or a waiter's presence.
+struct Lease {
+    key: String,
+    value: Bytes,
+    /// The revision it must still be at (a holder the record names), or None.
+    expect: Option<u64>,
+    ttl: Duration,
+    holder: bool,
+    /// A holder's key that was live when read: a renewal, or a grant tried again.
+    was_live: bool,
+}
+
+impl Nats {
+    /// The writes of a decision: lease keys first, then the records in name order, then
+    /// what only tidies up or rings (a lost one of those costs a waiter a look, no more).
+    pub(super) async fn apply(
+        &self,
+        b: &Bucket,
+        names: &[String],
+        loaded: &[Loaded],
+        rows: &[Rows],
+        now: i64,
+        writes: &[Write],
+    ) -> StoreResult<Step> {
+        let at = |name: &str| {
+            names
+                .iter()
+                .position(|n| n == name)
+                .expect("a name of the op")
+        };
+        let ttl = |expires: i64| Duration::from_millis((expires - now).max(1) as u64);
+        let mut leases = Vec::new();
+        let mut renewed = Vec::new();
+        for w in writes {
+            match w {
+                Write::PutHolder { name, row } => {
+                    let l = &loaded[at(name)];
+                    // A holder the record names is written only over the key it read (a
+                    // renewal never brings a lease back); a new one unconditionally.
+                    let expect = l.holders.get(&row.token).map(|g| g.rev);
+                    let was_live = l.holders.get(&row.token).is_some_and(|g| g.live);
+                    if was_live {
+                        renewed.push((name, &row.token));
+                    }
+                    leases.push(Lease {
+                        key: self.keys.holder(name, &row.token),
+                        value: Bytes::from_static(b"held"),
+                        expect,
+                        ttl: ttl(row.expires),
+                        holder: true,
+                        was_live,
+                    });
+                }
+                Write::PutWaiter { row, .. } => {
+                    let key = self.keys.waiter(&row.token);
+                    if !leases.iter().any(|l| l.key == key) {
+                        leases.push(Lease {
+                            key,
+                            value: Bytes::from_static(wake::WAITING),
+                            expect: None,
+                            ttl: ttl(row.expires),
+                            holder: false,
+                            was_live: false,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        let wrote = join_all(
+            leases
+                .iter()
+                .map(|l| b.put(&l.key, l.value.clone(), l.expect, Some(l.ttl))),
+        )
+        .await;
+        if first_conflict(wrote)? {
+            return Ok(Step::Again);
+        }
+        if !self.write_records(b, names, loaded, rows, &leases).await? {
+            return Ok(Step::Again);
+        }
+        for (name, token) in renewed {
+            if !self
+                .still_names(b, name, loaded[at(name)].rev, token)
+                .await?
+            {
+                return Ok(Step::Again);
+            }
+        }
+        self.tidy(b, loaded, names, writes).await;
+        Ok(Step::Done)
+    }
+
+    /// Whether the record of `name` still names `token` as a holder (a renewal's last check:
+    /// an `unlock --force` may have dropped it between the read and the renewal's write).
+    async fn still_names(
+        &self,
+        b: &Bucket,
+        name: &str,
+        rev: u64,
+        token: &str,
+    ) -> StoreResult<bool> {
+        let got = b.get(&self.keys.record(name)).await?;
+        if got.rev == rev {
+            return Ok(true);
+        }
+        let record: Record = serde_json::from_slice(&got.value).unwrap_or_default();
+        Ok(got.live && record.holders.iter().any(|h| h.token == token))
+    }
+
+    /// Write every changed record with the revision it was read at, in name order. False if
+    /// one lost to another writer: the holder keys this grant wrote are deleted then, so the
+    /// records it did write name a dead holder, and no key the records do not name lingers
+    /// until its expiry (whose marker would wake the waiters for nothing).
+    async fn write_records(
+        &self,
+        b: &Bucket,
+        names: &[String],
+        loaded: &[Loaded],
+        rows: &[Rows],
+        leases: &[Lease],
+    ) -> StoreResult<bool> {
+        let mut wrote_any = false;
+        for (i, r) in rows.iter().enumerate() {
+            let after = Record::of(r);
+            if after == loaded[i].record {
+                continue;
+            }
+            let body = Bytes::from(serde_json::to_vec(&after).expect("json"));
+            let key = self.keys.record(&names[i]);
+            match b.put(&key, body, Some(loaded[i].rev), None).await? {
+                Wrote::Done(_) => wrote_any = true,
+                Wrote::Conflict => {
+                    // A holder key that was live before is this token's own lease (a grant
+                    // tried again): it stays, unless a partial grant must die. Any other
+                    // would be a lease no grant gave, live if a record names its token.
+                    let undo = leases
+                        .iter()
+                        .filter(|l| l.holder && (wrote_any || !l.was_live));
+                    let gone = undo.map(|l| b.delete(&l.key, setup::MARKER_TTL));
+                    for r in join_all(gone).await {
+                        r?;
+                    }
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// After the records: delete the keys of holders and waiters that left, ring the
+    /// waiters the rules woke. Failures are only a waiter's later look.
+    async fn tidy(&self, b: &Bucket, loaded: &[Loaded], names: &[String], writes: &[Write]) {
+        let at = |name: &str| {
+            names
+                .iter()
+                .position(|n| n == name)
+                .expect("a name of the op")
+        };
+        let mut calls = Vec::new();
+        for w in writes {
+            match w {
+                Write::DeleteHolder { name, token } => {
+                    let live = loaded[at(name)].holders.get(token).is_some_and(|g| g.live);
+                    if live {
+                        calls.push(b.after(self.keys.holder(name, token), false));
+                    }
+                }
+                Write::DeleteWaiter { token, .. } => {
+                    calls.push(b.after(self.keys.waiter(token), false));
+                }
+                Write::Wake { token, .. } => {
+                    calls.push(b.after(self.keys.waiter(token), true));
+                }
+                _ => {}
+            }
+        }
+        join_all(calls).await;
+    }
+}
+
+/// Whether any of the writes lost to another writer; the first error otherwise.
+fn first_conflict(wrote: Vec<StoreResult<Wrote>>) -> StoreResult<bool> {
+    let mut conflict = false;
+    for w in wrote {
+        conflict |= w? == Wrote::Conflict;
+    }
+    Ok(conflict)
+}

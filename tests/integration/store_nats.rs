@@ -1,0 +1,218 @@
+//! The NATS JetStream KV store's own promises: waiters ride out a server restart, a bucket
+//! that cannot expire leases is refused, fences rise across a deleted record, a deleted
+//! bucket and an emptied server, a killed holder's lease ends by the server's expiry, one
+//! release wakes one waiter, and secrets stay out of messages. The store contract is in
+//! conformance.rs.
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use dlock::store::Attempt;
+
+use crate::common::nats::NatsServer;
+use crate::common::*;
+use crate::store_redis::{one_release_wakes_one_of_five, request};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Run `f` with a JetStream context on the server, as an operator's tool would.
+fn operator<F: std::future::Future<Output = ()>>(
+    server: &NatsServer,
+    f: impl FnOnce(jetstream::Context) -> F,
+) {
+    runtime().block_on(async {
+        let client = async_nats::connect(format!("127.0.0.1:{}", server.port))
+            .await
+            .unwrap();
+        f(jetstream::new(client)).await;
+    });
+}
+
+fn fence(env: &Env, name: &str) -> u64 {
+    let o = env.run(&["--json", "inspect", name]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["fence"].as_u64().unwrap_or_else(|| panic!("{v}"))
+}
+
+/// `lock NAME`, then `unlock`: the fence it was granted.
+fn lock_and_unlock(env: &Env, name: &str) -> u64 {
+    let o = env.run(&["--json", "lock", name]);
+    assert_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    assert_code(&env.run(&["unlock", name, "--token", &token]), 0);
+    v["fence"].as_u64().unwrap()
+}
+
+#[test]
+fn waiters_ride_out_a_server_restart_and_are_served() {
+    let mut server = NatsServer::start();
+    let env = Env::with_stores(vec![server.url()]);
+    let served = env.path("served");
+    let mut holder = env.spawn_run(&["r", "--ttl", "10s"], "sleep 3");
+    assert!(wait_for(Duration::from_secs(10), || env.held("r")));
+    let mut waiters: Vec<Child> = (0..2)
+        .map(|_| {
+            let script = format!("echo served >> {}", served.display());
+            env.spawn_run(&["r", "-w", "60s"], &script)
+        })
+        .collect();
+    assert!(wait_for(Duration::from_secs(10), || env.waiters("r") == 2));
+    server.restart();
+    assert!(
+        wait_child(&mut holder, Duration::from_secs(30))
+            .unwrap()
+            .success()
+    );
+    for w in &mut waiters {
+        let status = wait_child(w, Duration::from_secs(60)).expect("a waiter never served");
+        assert!(status.success(), "{status:?}");
+    }
+    let lines = std::fs::read_to_string(&served).unwrap();
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+}
+
+#[test]
+fn a_bucket_that_cannot_expire_leases_is_refused_naming_create() {
+    let server = NatsServer::start();
+    operator(&server, |js| async move {
+        js.create_key_value(kv::Config {
+            bucket: "plain".into(),
+            history: 1,
+            ..kv::Config::default()
+        })
+        .await
+        .unwrap();
+    });
+    let plain = format!("nats://127.0.0.1:{}/plain", server.port);
+    for url in [
+        plain.clone(),
+        format!("nats://127.0.0.1:{}/absent", server.port),
+    ] {
+        let env = Env::with_stores(vec![url.clone()]);
+        let o = env.run(&["lock", "x", "-n"]);
+        assert_code(&o, 78);
+        let err = stderr(&o);
+        assert!(err.contains("?create=1"), "{url}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        let o = env.run(&["doctor"]);
+        assert!(stdout(&o).contains("?create=1") || stderr(&o).contains("?create=1"));
+    }
+    let err = stderr(&Env::with_stores(vec![plain.clone()]).run(&["lock", "x", "-n"]));
+    assert!(err.contains("allow_msg_ttl"), "{err}");
+    // With ?create=1 the bucket gets what it lacks, and leases expire there.
+    let env = Env::with_stores(vec![format!("{plain}?create=1")]);
+    assert_code(&env.run(&["lock", "x", "--ttl", "1s"]), 0);
+    assert!(wait_for(Duration::from_secs(10), || !env.held("x")));
+}
+
+#[test]
+fn fences_rise_across_a_deleted_record_a_deleted_bucket_and_an_emptied_server() {
+    let mut server = NatsServer::start();
+    let env = Env::with_stores(vec![server.url()]);
+    let mut last = lock_and_unlock(&env, "f");
+    let mut next = |what: &str, env: &Env| {
+        let f = lock_and_unlock(env, "f");
+        assert!(f > last, "after {what}: fence {f} after {last}");
+        last = f;
+    };
+    next("a release", &env);
+    operator(&server, |js| async move {
+        let kv = js.get_key_value("locks").await.unwrap();
+        kv.purge("default.r.f").await.unwrap();
+    });
+    next("a purged record", &env);
+    operator(&server, |js| async move {
+        js.delete_key_value("locks").await.unwrap();
+    });
+    next("a deleted bucket", &env);
+    server.start_again_empty();
+    next("a server emptied", &env);
+    assert!(fence(&env, "f") >= last);
+}
+
+/// A lease nobody releases (a `lock` whose script died, after one `extend`) ends by the
+/// server's expiry of its holder key: the waiter is let in within its wait, told the lease
+/// before expired. A renewal written without `Nats-TTL` would make the key immortal.
+#[test]
+fn an_abandoned_lease_ends_by_the_servers_expiry_after_a_renewal() {
+    let server = NatsServer::start();
+    let env = Env::with_stores(vec![server.url()]);
+    let token = stdout(&env.run(&["lock", "k", "--ttl", "2s"]));
+    let o = env.run(&["extend", "k", "--token", token.trim(), "--ttl", "2s"]);
+    assert_code(&o, 0);
+    assert!(env.held("k"));
+    let o = env.run(&[
+        "run",
+        "k",
+        "-w",
+        "8s",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_PREVIOUS",
+    ]);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o).trim(), "expired");
+}
+
+/// Five queued exclusive waiters, one release: exactly one waiter's listener fires.
+#[test]
+fn one_release_wakes_exactly_one_exclusive_waiter() {
+    let server = NatsServer::start();
+    let url = dlock::store::url::parse(&server.url()).unwrap();
+    runtime().block_on(async {
+        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
+        let holder = request("hot");
+        let granted = store.try_acquire(&holder, false).await.unwrap();
+        assert!(matches!(granted, Attempt::Granted(_)));
+        // A release's tombstone expires a second later: the listeners wait past it.
+        let max = Duration::from_millis(1600);
+        one_release_wakes_one_of_five(&*store, "hot", &holder, max).await;
+    });
+}
+
+#[test]
+fn a_wrong_password_is_exit_77_and_no_secret_is_shown() {
+    let server = NatsServer::start_with(&["--user", "dl", "--pass", "s3cret-pw"]);
+    let at = format!("127.0.0.1:{}/locks?create=1", server.port);
+    let env = Env::with_stores(vec![format!("nats://dl:wrong-pw@{at}")]);
+    let o = env.run(&["lock", "x"]);
+    assert_code(&o, 77);
+    assert!(!stderr(&o).contains("wrong-pw"), "{}", stderr(&o));
+    let env = Env::with_stores(vec![format!("nats://dl:s3cret-pw@{at}")]);
+    assert_code(&env.run(&["lock", "x", "--ttl", "5s"]), 0);
+    let o = env.run(&["inspect", "x"]);
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(all.contains("dl:***@") || !all.contains("dl:"), "{all}");
+    assert!(!all.contains("s3cret-pw"), "{all}");
+    let mut c = env.cmd();
+    c.args(["run", "x", "-n", "--", "true"])
+        .stdout(Stdio::null());
+    let o = output_within(c, Duration::from_secs(30));
+    assert_code(&o, 75);
+    assert!(!stderr(&o).contains("s3cret-pw"), "{}", stderr(&o));
+}
+
+/// `tls://` with the CA that signed the server's certificate; without it the server is not
+/// trusted (the system's roots do not know a test CA).
+#[test]
+fn tls_with_a_self_signed_ca() {
+    let dir = temp_dir();
+    let (ca, cert, key) = tls_certs(dir.path());
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let server = NatsServer::start_with(&["--tls", "--tlscert", &cert, "--tlskey", &key]);
+    let at = format!("tls://127.0.0.1:{}/locks?create=1", server.port);
+    let env = Env::with_stores(vec![format!("{at}&ca_file={}", ca.display())]);
+    let o = env.run(&["run", "t", "-n", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).trim().parse::<u64>().is_ok(), "{}", stdout(&o));
+    let o = Env::with_stores(vec![at]).run(&["lock", "t", "-n"]);
+    assert_code(&o, 69);
+}
