@@ -155,7 +155,7 @@ pub static S3: Kind = Kind {
     named: "S3",
     schemes: &[Scheme::plain("s3")],
     address: Address::Bucket {
-        open: |url, namespace, timeout| opened(s3::S3Store::connect(url, namespace, timeout)),
+        open: |url, namespace, timeout| opened(s3::connect(url, namespace, timeout)),
     },
     caps: Caps {
         notified: false,
