@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod dynamodb;
 pub mod etcd;
 pub mod line;
 pub mod mysql;
