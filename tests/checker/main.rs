@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::dynamodb::DynamoServer;
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
 use common::postgres::PgServer;
@@ -337,7 +338,7 @@ impl Fault {
     }
 }
 
-const SETUPS: [&str; 12] = [
+const SETUPS: [&str; 13] = [
     "file",
     "redis",
     "quorum3",
@@ -350,6 +351,7 @@ const SETUPS: [&str; 12] = [
     "postgres",
     "mysql",
     "s3",
+    "dynamodb",
 ];
 
 enum Stores {
@@ -361,6 +363,7 @@ enum Stores {
     Postgres(PgServer),
     Mysql(MariaDb),
     S3(S3Server),
+    Dynamo(DynamoServer),
 }
 
 struct Setup {
@@ -380,9 +383,9 @@ impl Setup {
     fn expiry_grain(&self) -> Duration {
         match self.stores {
             Stores::Etcd(_) | Stores::Zk(_) => Duration::from_millis(500),
-            // A lease on S3 ends by the server's Date (whole seconds) plus a second's
+            // A lease on S3 or DynamoDB ends by the server's Date (whole seconds) plus a second's
             // padding, and a waiter sees it at its next look (up to 1.5 s later).
-            Stores::S3(_) => Duration::from_millis(3500),
+            Stores::S3(_) | Stores::Dynamo(_) => Duration::from_millis(3500),
             _ => Duration::ZERO,
         }
     }
@@ -565,6 +568,12 @@ impl Setup {
                 faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
                 min_ttl: Duration::from_secs(2),
             },
+            // One DynamoDB Local, stopped (SIGSTOP) or restarted on its data.
+            "dynamodb" => Setup {
+                stores: Stores::Dynamo(DynamoServer::start()),
+                faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
+                min_ttl: Duration::from_secs(2),
+            },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
     }
@@ -579,6 +588,7 @@ impl Setup {
             Stores::Postgres(p) => vec![p.url()],
             Stores::Mysql(m) => vec![m.url()],
             Stores::S3(s) => vec![s.url()],
+            Stores::Dynamo(d) => vec![d.url()],
         }
     }
 
@@ -593,7 +603,7 @@ impl Setup {
         match &self.stores {
             Stores::Mysql(_) => 8,
             // Read the record, write it (a new connection: one more).
-            Stores::S3(_) => 3,
+            Stores::S3(_) | Stores::Dynamo(_) => 3,
             Stores::Postgres(_) | Stores::Cluster(_) => 4,
             Stores::Zk(_) => 2,
             _ => 1,
@@ -690,6 +700,10 @@ impl Setup {
             // The records stay by design; none may list a live holder.
             Stores::S3(s) => {
                 let o = Env::with_stores(vec![s.url()]).run(&["list"]);
+                sql_rows(&String::from_utf8_lossy(&o.stdout))
+            }
+            Stores::Dynamo(d) => {
+                let o = Env::with_stores(vec![d.url()]).run(&["list"]);
                 sql_rows(&String::from_utf8_lossy(&o.stdout))
             }
             Stores::Mysql(m) => sql_rows(&m.sql(
@@ -1051,6 +1065,18 @@ impl Run {
                     _ => unreachable!(),
                 }
                 "the gateway".to_string()
+            }
+            Stores::Dynamo(d) => {
+                match fault {
+                    Fault::StoreStop => {
+                        signal(d.pid(), libc::SIGSTOP);
+                        thread::sleep(ttl * 2);
+                        signal(d.pid(), libc::SIGCONT);
+                    }
+                    Fault::ServerRestart => d.restart(),
+                    _ => unreachable!(),
+                }
+                "the server".to_string()
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
         };
