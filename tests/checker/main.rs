@@ -562,16 +562,34 @@ impl Setup {
                 ],
                 min_ttl: short,
             },
-            // One SeaweedFS gateway, stopped (SIGSTOP) or restarted on its data.
+            // One SeaweedFS gateway, stopped (SIGSTOP) or restarted on its data; a holder cut from
+            // its HTTP port by a proxy.
             "s3" => Setup {
                 stores: Stores::S3(S3Server::start()),
-                faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    WaiterKill,
+                ],
                 min_ttl: Duration::from_secs(2),
             },
-            // One DynamoDB Local, stopped (SIGSTOP) or restarted on its data.
+            // One DynamoDB Local, stopped (SIGSTOP) or restarted on its data; a holder cut from
+            // its HTTP port by a proxy.
             "dynamodb" => Setup {
                 stores: Stores::Dynamo(DynamoServer::start()),
-                faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
+                faults: vec![
+                    HolderKill,
+                    HolderStop,
+                    StoreStop,
+                    ServerRestart,
+                    PartitionBlackhole,
+                    PartitionDropReplies,
+                    WaiterKill,
+                ],
                 min_ttl: Duration::from_secs(2),
             },
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
