@@ -167,3 +167,27 @@ fn secrets_never_appear_in_messages() {
     );
     assert!(out.contains("pk") && out.contains("signature"), "{out}");
 }
+
+/// A quorum mixing the two polled stores with Redis (DynamoDB, S3, Redis: a majority of two):
+/// a grant, a busy second attempt, a release, and a higher fence after it; with one member
+/// (Redis) stopped, the other two still decide.
+#[test]
+fn a_quorum_of_dynamodb_s3_and_redis() {
+    let s3 = crate::common::s3::S3Server::start();
+    let redis = crate::common::redis::RedisServer::start();
+    let env = Env::with_stores(vec![server().to_string(), s3.url(), redis.url()]);
+    let o = env.run(&["--json", "lock", "mixed", "--ttl", "30s"]);
+    assert_code(&o, 0);
+    let first = fence_of(&o);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    assert_code(&env.run(&["lock", "mixed", "-n"]), 75);
+    let v = env.inspect("mixed");
+    assert_eq!(v["held"], true, "{v}");
+    assert_code(&env.run(&["unlock", "mixed", "--token", &token]), 0);
+    drop(redis);
+    let o = env.run(&["--json", "lock", "mixed", "--ttl", "30s"]);
+    assert_code(&o, 0);
+    assert!(fence_of(&o) > first, "{} after {first}", fence_of(&o));
+    assert_code(&env.run(&["lock", "mixed", "-n"]), 75);
+}
