@@ -716,12 +716,8 @@ impl Setup {
                  WHERE expires > ms",
             )),
             // The records stay by design; none may list a live holder.
-            Stores::S3(s) => {
-                let o = Env::with_stores(vec![s.url()]).run(&["list"]);
-                sql_rows(&String::from_utf8_lossy(&o.stdout))
-            }
-            Stores::Dynamo(d) => {
-                let o = Env::with_stores(vec![d.url()]).run(&["list"]);
+            Stores::S3(_) | Stores::Dynamo(_) => {
+                let o = Env::with_stores(self.urls()).run(&["list"]);
                 sql_rows(&String::from_utf8_lossy(&o.stdout))
             }
             Stores::Mysql(m) => sql_rows(&m.sql(
@@ -1073,27 +1069,11 @@ impl Run {
                 "the server".to_string()
             }
             Stores::S3(s) => {
-                match fault {
-                    Fault::StoreStop => {
-                        signal(s.pid(), libc::SIGSTOP);
-                        thread::sleep(ttl * 2);
-                        signal(s.pid(), libc::SIGCONT);
-                    }
-                    Fault::ServerRestart => s.restart(),
-                    _ => unreachable!(),
-                }
+                stop_or_restart(fault, ttl, s.pid(), || s.restart());
                 "the gateway".to_string()
             }
             Stores::Dynamo(d) => {
-                match fault {
-                    Fault::StoreStop => {
-                        signal(d.pid(), libc::SIGSTOP);
-                        thread::sleep(ttl * 2);
-                        signal(d.pid(), libc::SIGCONT);
-                    }
-                    Fault::ServerRestart => d.restart(),
-                    _ => unreachable!(),
-                }
+                stop_or_restart(fault, ttl, d.pid(), || d.restart());
                 "the server".to_string()
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
@@ -1719,5 +1699,18 @@ fn cfg_clone(c: &Config) -> Config {
         limit: c.limit,
         clock_rate: c.clock_rate,
         jobs: c.jobs,
+    }
+}
+
+/// A one-process server's store fault: SIGSTOP for twice the ttl, or `restart` on its data.
+fn stop_or_restart(fault: Fault, ttl: Duration, pid: u32, restart: impl FnOnce()) {
+    match fault {
+        Fault::StoreStop => {
+            signal(pid, libc::SIGSTOP);
+            thread::sleep(ttl * 2);
+            signal(pid, libc::SIGCONT);
+        }
+        Fault::ServerRestart => restart(),
+        _ => unreachable!(),
     }
 }
