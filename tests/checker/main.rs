@@ -400,6 +400,21 @@ impl Setup {
                 .collect()
         };
         let short = Duration::ZERO;
+        // A store of one process whose waiters poll (S3, DynamoDB): stopped (SIGSTOP) or
+        // restarted on its data, a holder cut from its HTTP port by a proxy; 2 s leases.
+        let polled = |stores| Setup {
+            stores,
+            faults: vec![
+                HolderKill,
+                HolderStop,
+                StoreStop,
+                ServerRestart,
+                PartitionBlackhole,
+                PartitionDropReplies,
+                WaiterKill,
+            ],
+            min_ttl: Duration::from_secs(2),
+        };
         match name {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
@@ -562,36 +577,9 @@ impl Setup {
                 ],
                 min_ttl: short,
             },
-            // One SeaweedFS gateway, stopped (SIGSTOP) or restarted on its data; a holder cut from
-            // its HTTP port by a proxy.
-            "s3" => Setup {
-                stores: Stores::S3(S3Server::start()),
-                faults: vec![
-                    HolderKill,
-                    HolderStop,
-                    StoreStop,
-                    ServerRestart,
-                    PartitionBlackhole,
-                    PartitionDropReplies,
-                    WaiterKill,
-                ],
-                min_ttl: Duration::from_secs(2),
-            },
-            // One DynamoDB Local, stopped (SIGSTOP) or restarted on its data; a holder cut from
-            // its HTTP port by a proxy.
-            "dynamodb" => Setup {
-                stores: Stores::Dynamo(DynamoServer::start()),
-                faults: vec![
-                    HolderKill,
-                    HolderStop,
-                    StoreStop,
-                    ServerRestart,
-                    PartitionBlackhole,
-                    PartitionDropReplies,
-                    WaiterKill,
-                ],
-                min_ttl: Duration::from_secs(2),
-            },
+            // One SeaweedFS gateway, or one DynamoDB Local.
+            "s3" => polled(Stores::S3(S3Server::start())),
+            "dynamodb" => polled(Stores::Dynamo(DynamoServer::start())),
             other => panic!("unknown setup {other}; the setups are {SETUPS:?}"),
         }
     }

@@ -311,6 +311,15 @@ pub fn output_within(mut c: Command, limit: Duration) -> Output {
     }
 }
 
+/// Stop a server the way its own shutdown is asked for (SIGTERM), killing it if it is still
+/// running after 20 s.
+pub fn terminate(child: Option<Child>) {
+    if let Some(mut c) = child {
+        signal(c.id(), libc::SIGTERM);
+        wait_child(&mut c, Duration::from_secs(20));
+    }
+}
+
 /// Wait for a child at most `limit`; kill it and return None if it is still running then.
 pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let start = Instant::now();
