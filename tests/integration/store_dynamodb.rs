@@ -71,6 +71,35 @@ fn a_missing_table_is_78_and_create_makes_it() {
     missing_is_78_until_created(&base, "Fresh_Table");
 }
 
+/// A table whose key is not dlock's (here a sort key beside `pk`) is 78 in one line naming
+/// the key dlock needs, even with `?create=1` (it never alters a table).
+#[test]
+fn a_table_with_another_key_is_78() {
+    let ddb = DynamoServer::start();
+    let (status, answer) = ddb
+        .request(
+            "CreateTable",
+            r#"{"TableName":"sorted","BillingMode":"PAY_PER_REQUEST",
+            "AttributeDefinitions":[{"AttributeName":"pk","AttributeType":"S"},
+            {"AttributeName":"sk","AttributeType":"S"}],
+            "KeySchema":[{"AttributeName":"pk","KeyType":"HASH"},
+            {"AttributeName":"sk","KeyType":"RANGE"}]}"#,
+        )
+        .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    for extra in ["", "&create=1"] {
+        let env = Env::with_stores(vec![ddb.url_in("sorted", extra)]);
+        let o = env.run(&["lock", "k", "-n"]);
+        assert_code(&o, 78);
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("partition key pk") && err.contains("sorted"),
+            "{err}"
+        );
+    }
+}
+
 /// No secret reaches a message: not one in the URL (refused, never echoed), not the secret
 /// key of the environment when the endpoint is unreachable; `doctor` never prints it either.
 #[test]
