@@ -21,7 +21,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'dlock' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -61,7 +61,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--events', '--events', [CompletionResultType]::ParameterName, 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)')
             [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file')
             [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'With --keepalive: the process whose end releases the lock: `parent` (the default: the shell or program that ran `dlock lock`), a PID, or `none` (only unlock or a lost lease end the hold: a CI job''s later steps)')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -84,7 +84,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;unlock' {
             [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Token printed by `lock`')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -104,7 +104,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         'dlock;extend' {
             [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Token printed by `lock`')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lease time, counted from now')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -122,7 +122,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;check' {
             [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Token printed by `lock`')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -156,7 +156,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--hold-min', '--hold-min', [CompletionResultType]::ParameterName, 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)')
             [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124')
             [CompletionResult]::new('--jitter', '--jitter', [CompletionResultType]::ParameterName, 'Sleep a random time up to this long before trying for the lock')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -191,7 +191,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)')
             [CompletionResult]::new('--events', '--events', [CompletionResultType]::ParameterName, 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)')
             [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -212,7 +212,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;inspect' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -230,7 +230,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;doctor' {
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -248,7 +248,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;list' {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'table: for people; prometheus: the Prometheus text format (holders, how long the oldest has held, waiters; one series per name), for a scrape script')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -271,7 +271,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Wait at most this long for the lock to be free (default: forever)')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock is still held at the end of the wait (default 75)')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock is still held at the end of the wait (default 75)')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -288,7 +288,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;shards' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -306,7 +306,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;shards;adopt' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')
@@ -323,7 +323,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;completions' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]')
             [CompletionResult]::new('--shard', '--shard', [CompletionResultType]::ParameterName, 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]')
             [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace that keeps unrelated users'' lock names apart')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to colour output (never when NO_COLOR is set)')

@@ -18,7 +18,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
     }
     var completions = [
         &'dlock'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -57,7 +57,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
             cand --metrics-file 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file'
             cand --follow 'With --keepalive: the process whose end releases the lock: `parent` (the default: the shell or program that ran `dlock lock`), a PID, or `none` (only unlock or a lost lease end the hold: a CI job''s later steps)'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -79,7 +79,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;unlock'= {
             cand --token 'Token printed by `lock`'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -98,7 +98,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;extend'= {
             cand --token 'Token printed by `lock`'
             cand --ttl 'New lease time, counted from now'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -115,7 +115,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;check'= {
             cand --token 'Token printed by `lock`'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -148,7 +148,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --hold-min 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)'
             cand --max-runtime 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124'
             cand --jitter 'Sleep a random time up to this long before trying for the lock'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -182,7 +182,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --reason 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)'
             cand --events 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)'
             cand --metrics-file 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -202,7 +202,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;inspect'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -219,7 +219,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;doctor'= {
             cand --ttl 'The ttl the locks will use: ZooKeeper''s session bounds are checked against it'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -236,7 +236,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;list'= {
             cand --format 'table: for people; prometheus: the Prometheus text format (holders, how long the oldest has held, waiters; one series per name), for a scrape script'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -258,7 +258,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --timeout 'Wait at most this long for the lock to be free (default: forever)'
             cand -E 'Exit code when the lock is still held at the end of the wait (default 75)'
             cand --conflict-exit-code 'Exit code when the lock is still held at the end of the wait (default 75)'
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -274,7 +274,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;shards'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -291,7 +291,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand adopt 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them'
         }
         &'dlock;shards;adopt'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'
@@ -307,7 +307,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --version 'Print version'
         }
         &'dlock;completions'= {
-            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]'
+            cand --store 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]'
             cand --shard 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]'
             cand --namespace 'Namespace that keeps unrelated users'' lock names apart'
             cand --color 'When to colour output (never when NO_COLOR is set)'

@@ -24,7 +24,7 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -56,7 +56,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -l reason -d 'Why the 
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l metrics-file -d 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l follow -d 'With --keepalive: the process whose end releases the lock: `parent` (the default: the shell or program that ran `dlock lock`), a PID, or `none` (only unlock or a lost lease end the hold: a CI job\'s later steps)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -72,7 +72,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say 
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l token -d 'Token printed by `lock`' -r
-complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -87,7 +87,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s h -l help -d 'Pri
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l token -d 'Token printed by `lock`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l ttl -d 'New lease time, counted from now' -r
-complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand extend" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -100,7 +100,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand extend" -s q -l quiet -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand extend" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand check" -l token -d 'Token printed by `lock`' -r
-complete -c dlock -n "__fish_dlock_using_subcommand check" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand check" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand check" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand check" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand check" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -126,7 +126,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l metrics-file -d 'Aft
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l hold-min -d 'Keep the lock at least this long after the command started, even if it ends sooner (the lease is left to expire on the store; dlock exits with the command)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l max-runtime -d 'Stop the command after this long: SIGTERM to its group, SIGKILL after --kill-grace, then release; dlock exits 124' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l jitter -d 'Sleep a random time up to this long before trying for the lock' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -151,7 +151,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l warn-signal -d
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l reason -d 'Why the lock is taken; shown to whoever waits for it, by `inspect` and `list` (at most 200 bytes are kept)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l events -d 'Append one JSON object per line for each event of the lease (waiting, acquired, renewed, renew-failed, renew-late, lost, released) to FILE; `-` is stdout (`run` and `multilock -- CMD` only, where dlock prints no result of its own)' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l metrics-file -d 'After the run, record it in this node_exporter textfile-collector file (Prometheus text format, replaced atomically): last start, success and failure times, exit code, duration, wait, busy skips and lost leases, labelled by lock name; several names and runs may share one file' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -165,7 +165,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s v -l verbose -
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand multilock" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -178,7 +178,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s q -l quiet -d 'S
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand inspect" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l ttl -d 'The ttl the locks will use: ZooKeeper\'s session bounds are checked against it' -r
-complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -192,7 +192,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s h -l help -d 'Pri
 complete -c dlock -n "__fish_dlock_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l format -d 'table: for people; prometheus: the Prometheus text format (holders, how long the oldest has held, waiters; one series per name), for a scrape script' -r -f -a "table\t''
 prometheus\t''"
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -207,7 +207,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s w -l wait -l timeout -d 'Wait at most this long for the lock to be free (default: forever)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit code when the lock is still held at the end of the wait (default 75)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -219,7 +219,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -232,7 +232,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and not __fish_seen_subcommand_from adopt" -f -a "adopt" -d 'Make the --shard list the one its stores serve (stop every client of the old list first); refused while any lock is held on them'
-complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''
@@ -244,7 +244,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subc
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s q -l quiet -d 'Say nothing on stderr but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand shards; and __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l store -d 'Store URL; repeat for a majority quorum [env: DLOCK_STORE, comma-separated] [schemes: file://, redis://, rediss://, redis+cluster://, rediss+cluster://, etcd://, etcds://, zk://, postgres://, postgresql://, mysql://, mariadb://, s3://, nats://, tls://, dynamodb://]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l shard -d 'One shard: a store URL or a comma-separated quorum; repeat to spread lock names over several shards (every client must give the same shards) [env: DLOCK_SHARDS, shards separated by ;]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l namespace -d 'Namespace that keeps unrelated users\' lock names apart' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l color -d 'When to colour output (never when NO_COLOR is set)' -r -f -a "auto\t''

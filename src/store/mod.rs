@@ -20,6 +20,7 @@ pub mod server;
 // The adapters, each knowing the contract and nothing above it (`aws`: what the AWS-protocol
 // ones share).
 pub mod aws;
+pub(crate) mod dynamodb;
 pub(crate) mod etcd;
 pub(crate) mod file;
 pub(crate) mod mysql;

@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::kind::{Address, Caps, Kind, Opening, Scheme, Several};
 use super::{Store, StoreResult};
-use super::{etcd, file, mysql, nats, postgres, redis, s3, zk};
+use super::{dynamodb, etcd, file, mysql, nats, postgres, redis, s3, zk};
 
 /// Every kind, in the order `--help` and messages list them.
-pub static KINDS: [&Kind; 9] = [
+pub static KINDS: [&Kind; 10] = [
     &FILE,
     &REDIS,
     &REDIS_CLUSTER,
@@ -26,6 +26,7 @@ pub static KINDS: [&Kind; 9] = [
     &MYSQL,
     &S3,
     &NATS,
+    &DYNAMODB,
 ];
 
 /// The embedded store: a directory on this host, no server (the default).
@@ -156,7 +157,20 @@ pub static S3: Kind = Kind {
     named: "S3",
     schemes: &[Scheme::plain("s3")],
     address: Address::Bucket {
-        open: |url, namespace, timeout| opened(s3::S3Store::connect(url, namespace, timeout)),
+        open: |url, namespace, timeout| opened(s3::connect(url, namespace, timeout)),
+    },
+    caps: Caps {
+        notified: false,
+        ..Caps::PLAIN
+    },
+};
+
+/// A DynamoDB table: DynamoDB notifies nobody either, so waiters poll as on S3.
+pub static DYNAMODB: Kind = Kind {
+    named: "DynamoDB",
+    schemes: &[Scheme::plain("dynamodb")],
+    address: Address::Bucket {
+        open: |url, namespace, timeout| opened(dynamodb::connect(url, namespace, timeout)),
     },
     caps: Caps {
         notified: false,

@@ -164,17 +164,31 @@ fn parse_dir(shown: &str, scheme: &str, rest: &str) -> Result<Location, String> 
 }
 
 /// `NAME[/PATH][?params]`, after `SCHEME://`: the bucket (lower-case letters, digits, `.` and
-/// `-`, 3 to 63 of them, as S3 and DynamoDB allow) as the one host, without a port.
+/// `-`, 3 to 63 of them, as S3 allows) or the DynamoDB table (letters, digits, `_`, `.` and
+/// `-`, 3 to 255 of them) as the one host, without a port.
 fn parse_bucket(scheme: &str, rest: &str) -> Result<ServerUrl, String> {
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (name, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let plain = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-';
-    if !(3..=63).contains(&name.len()) || !name.chars().all(plain) {
+    let table = scheme == "dynamodb";
+    let plain = |c: char| {
+        c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || c == '.'
+            || c == '-'
+            || (table && (c.is_ascii_uppercase() || c == '_'))
+    };
+    let longest = if table { 255 } else { 63 };
+    if !(3..=longest).contains(&name.len()) || !name.chars().all(plain) {
         // The name is not echoed: the caller shows the URL, redacted.
-        return Err(format!(
-            "not a bucket name (3 to 63 lower-case letters, digits, . and -); write \
-             {scheme}://BUCKET[/PREFIX]?region=R"
-        ));
+        return Err(match table {
+            true => "not a table name (3 to 255 letters, digits, _, . and -); write \
+                     dynamodb://TABLE?region=R"
+                .to_string(),
+            false => format!(
+                "not a bucket name (3 to 63 lower-case letters, digits, . and -); write \
+                 {scheme}://BUCKET[/PREFIX]?region=R"
+            ),
+        });
     }
     let mut params = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -220,6 +234,7 @@ mod tests {
             let url = match scheme {
                 "file://" => "file:///tmp".to_string(),
                 "s3://" => "s3://bucket/prefix?region=r".to_string(),
+                "dynamodb://" => "dynamodb://Locks_1?region=r".to_string(),
                 s => format!("{s}h:1/db"),
             };
             let url = url.replace(
@@ -294,6 +309,21 @@ mod tests {
         assert_eq!(u.to_string(), "redis://bob:***@10.0.0.1:6380/2");
         assert_eq!(server("rediss://h").hosts[0].port, 6379);
         assert!(server("rediss://h").tls);
+    }
+
+    #[test]
+    fn dynamodb_urls() {
+        let u = server("dynamodb://Team_Locks.v2?region=eu-west-1&create=1");
+        assert_eq!(u.hosts[0].host, "Team_Locks.v2");
+        assert_eq!(u.to_string(), "dynamodb://Team_Locks.v2");
+        for bad in [
+            "dynamodb://ab",
+            "dynamodb://a:b",
+            "dynamodb://u:hunter2@table",
+        ] {
+            let e = parse_with_env(bad, &no_env).unwrap_err();
+            assert!(e.contains("table name") && !e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

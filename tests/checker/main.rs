@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::dynamodb::DynamoServer;
 use common::etcd::EtcdServer;
 use common::mysql::MariaDb;
 use common::nats::NatsServer;
@@ -338,7 +339,7 @@ impl Fault {
     }
 }
 
-const SETUPS: [&str; 13] = [
+const SETUPS: [&str; 14] = [
     "file",
     "redis",
     "quorum3",
@@ -352,6 +353,7 @@ const SETUPS: [&str; 13] = [
     "mysql",
     "s3",
     "nats",
+    "dynamodb",
 ];
 
 enum Stores {
@@ -364,6 +366,7 @@ enum Stores {
     Mysql(MariaDb),
     S3(S3Server),
     Nats(NatsServer),
+    Dynamo(DynamoServer),
 }
 
 struct Setup {
@@ -383,9 +386,9 @@ impl Setup {
     fn expiry_grain(&self) -> Duration {
         match self.stores {
             Stores::Etcd(_) | Stores::Zk(_) => Duration::from_millis(500),
-            // A lease on S3 ends by the server's Date (whole seconds) plus a second's
+            // A lease on S3 or DynamoDB ends by the server's Date (whole seconds) plus a second's
             // padding, and a waiter sees it at its next look (up to 1.5 s later).
-            Stores::S3(_) => Duration::from_millis(3500),
+            Stores::S3(_) | Stores::Dynamo(_) => Duration::from_millis(3500),
             // Nats-TTL is whole seconds (dlock rounds a lease up), and the server's expiry
             // timer fires on its own schedule.
             Stores::Nats(_) => Duration::from_millis(1500),
@@ -403,6 +406,21 @@ impl Setup {
                 .collect()
         };
         let short = Duration::ZERO;
+        // A store of one process whose waiters poll (S3, DynamoDB): stopped (SIGSTOP) or
+        // restarted on its data, a holder cut from its HTTP port by a proxy; 2 s leases.
+        let polled = |stores| Setup {
+            stores,
+            faults: vec![
+                HolderKill,
+                HolderStop,
+                StoreStop,
+                ServerRestart,
+                PartitionBlackhole,
+                PartitionDropReplies,
+                WaiterKill,
+            ],
+            min_ttl: Duration::from_secs(2),
+        };
         match name {
             "file" => Setup {
                 stores: Stores::File(temp_dir()),
@@ -565,12 +583,9 @@ impl Setup {
                 ],
                 min_ttl: short,
             },
-            // One SeaweedFS gateway, stopped (SIGSTOP) or restarted on its data.
-            "s3" => Setup {
-                stores: Stores::S3(S3Server::start()),
-                faults: vec![HolderKill, HolderStop, StoreStop, ServerRestart, WaiterKill],
-                min_ttl: Duration::from_secs(2),
-            },
+            // One SeaweedFS gateway, or one DynamoDB Local.
+            "s3" => polled(Stores::S3(S3Server::start())),
+            "dynamodb" => polled(Stores::Dynamo(DynamoServer::start())),
             // One server; restarted with its data (server-restart) and with its store dir
             // emptied (forget-one: fences keep rising, floored at the server's clock).
             "nats" => Setup {
@@ -608,6 +623,7 @@ impl Setup {
             Stores::Mysql(m) => vec![m.url()],
             Stores::S3(s) => vec![s.url()],
             Stores::Nats(n) => vec![n.url()],
+            Stores::Dynamo(d) => vec![d.url()],
         }
     }
 
@@ -622,7 +638,7 @@ impl Setup {
         match &self.stores {
             Stores::Mysql(_) => 8,
             // Read the record, write it (a new connection: one more).
-            Stores::S3(_) => 3,
+            Stores::S3(_) | Stores::Dynamo(_) => 3,
             Stores::Postgres(_) | Stores::Cluster(_) => 4,
             // Read the record, write the holder key, write the record.
             Stores::Nats(_) => 3,
@@ -719,8 +735,8 @@ impl Setup {
                  WHERE expires > ms",
             )),
             // The records stay by design; none may list a live holder.
-            Stores::S3(s) => {
-                let o = Env::with_stores(vec![s.url()]).run(&["list"]);
+            Stores::S3(_) | Stores::Dynamo(_) => {
+                let o = Env::with_stores(self.urls()).run(&["list"]);
                 sql_rows(&String::from_utf8_lossy(&o.stdout))
             }
             Stores::Mysql(m) => sql_rows(&m.sql(
@@ -1064,16 +1080,12 @@ impl Run {
                 })
             }
             Stores::S3(s) => {
-                match fault {
-                    Fault::StoreStop => {
-                        signal(s.pid(), libc::SIGSTOP);
-                        thread::sleep(ttl * 2);
-                        signal(s.pid(), libc::SIGCONT);
-                    }
-                    Fault::ServerRestart => s.restart(),
-                    _ => unreachable!(),
-                }
+                stop_or_restart(fault, ttl, s.pid(), || s.restart());
                 "the gateway".to_string()
+            }
+            Stores::Dynamo(d) => {
+                stop_or_restart(fault, ttl, d.pid(), || d.restart());
+                "the server".to_string()
             }
             Stores::File(_) => unreachable!("no store faults on the file store"),
         };
@@ -1720,5 +1732,18 @@ fn cfg_clone(c: &Config) -> Config {
         limit: c.limit,
         clock_rate: c.clock_rate,
         jobs: c.jobs,
+    }
+}
+
+/// A one-process server's store fault: SIGSTOP for twice the ttl, or `restart` on its data.
+fn stop_or_restart(fault: Fault, ttl: Duration, pid: u32, restart: impl FnOnce()) {
+    match fault {
+        Fault::StoreStop => {
+            signal(pid, libc::SIGSTOP);
+            thread::sleep(ttl * 2);
+            signal(pid, libc::SIGCONT);
+        }
+        Fault::ServerRestart => restart(),
+        _ => unreachable!(),
     }
 }

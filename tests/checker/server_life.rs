@@ -188,8 +188,12 @@ fn outage(f: &Injected) -> bool {
 fn whole(setup: &Setup) -> bool {
     match &setup.stores {
         Stores::Redis(s) => s.len() == 1,
-        Stores::Postgres(_) | Stores::Mysql(_) | Stores::Cluster(_) | Stores::S3(_)
-        | Stores::Nats(_) => true,
+        Stores::Postgres(_)
+        | Stores::Mysql(_)
+        | Stores::Cluster(_)
+        | Stores::S3(_)
+        | Stores::Nats(_)
+        | Stores::Dynamo(_) => true,
         Stores::Etcd(_) | Stores::Zk(_) | Stores::File(_) => false,
     }
 }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod dynamodb;
 pub mod etcd;
 pub mod line;
 pub mod mysql;
@@ -308,6 +309,15 @@ pub fn output_within(mut c: Command, limit: Duration) -> Output {
         status,
         stdout,
         stderr,
+    }
+}
+
+/// Stop a server the way its own shutdown is asked for (SIGTERM), killing it if it is still
+/// running after 20 s.
+pub fn terminate(child: Option<Child>) {
+    if let Some(mut c) = child {
+        signal(c.id(), libc::SIGTERM);
+        wait_child(&mut c, Duration::from_secs(20));
     }
 }
 

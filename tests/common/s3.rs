@@ -158,13 +158,7 @@ impl S3Server {
 
     /// Stop the server (SIGTERM, as its own shutdown; SIGKILL if it takes over 20 s).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            super::signal(c.id(), libc::SIGTERM);
-            if super::wait_child(&mut c, Duration::from_secs(20)).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
+        super::terminate(self.child.take());
     }
 
     /// Stop, and start again on the same ports with the same data.

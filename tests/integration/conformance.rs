@@ -1,6 +1,6 @@
 //! The store contract (`dlock::store::conformance`) run on every store: in memory, the file
 //! store, Redis, Redis Cluster, etcd (1 and 3 members), ZooKeeper (standalone and a
-//! 3-member ensemble), PostgreSQL (direct and behind PgBouncer) and MariaDB. One module per store, one test per property, so each run shows by name
+//! 3-member ensemble), PostgreSQL (direct and behind PgBouncer), MariaDB, S3 (SeaweedFS) and DynamoDB (DynamoDB Local). One module per store, one test per property, so each run shows by name
 //! (`conformance::etcd3::fences_rise`). Each store's servers start once for the whole binary;
 //! every property works in its own namespace, so they run in parallel on them.
 
@@ -12,6 +12,7 @@ use dlock::store::conformance::{Caps, PROPERTIES, Subject};
 use dlock::store::memory::MemoryStore;
 use dlock::store::{Store, registry, url};
 
+use crate::common::dynamodb::DynamoServer;
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
 use crate::common::nats::NatsServer;
@@ -126,6 +127,12 @@ fn nats() -> Subject {
     by_url(shared(&SERVER, NatsServer::start, NatsServer::url))
 }
 
+/// DynamoDB Local. DynamoDB notifies nobody either: waiters poll.
+fn dynamodb() -> Subject {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    by_url(shared(&SERVER, DynamoServer::start, DynamoServer::url))
+}
+
 /// A runtime per test; the in-memory store's runs on a paused clock that jumps ahead
 /// whenever every task waits, so its expiry properties take no real time.
 fn runtime(paused: bool) -> tokio::runtime::Runtime {
@@ -177,6 +184,7 @@ conformance! {
     mariadb (paused: false) => mariadb();
     s3 (paused: false) => s3();
     nats (paused: false) => nats();
+    dynamodb (paused: false) => dynamodb();
 }
 
 /// Every property of the suite runs: each `pub async fn` in it is on its list (and so a test
@@ -304,6 +312,19 @@ mod forgetting {
         let url: &'static str = Box::leak(server.url_in("wiped", "&create=1").into_boxed_str());
         let wipe: Wipe = Box::new(move || {
             server.delete("/buckets/wiped");
+            Box::pin(async {})
+        });
+        runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));
+    }
+
+    /// The table deleted with every item in it, and created again by the next client
+    /// (`?create=1`): the counters start again, the clock floor does not.
+    #[test]
+    fn dynamodb() {
+        let server = Arc::new(DynamoServer::start());
+        let url: &'static str = Box::leak(server.url_in("wiped", "&create=1").into_boxed_str());
+        let wipe: Wipe = Box::new(move || {
+            server.delete_table("wiped");
             Box::pin(async {})
         });
         runtime(false).block_on(fence_after_the_store_forgot_is_higher(&by_url(url), wipe));

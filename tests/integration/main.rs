@@ -49,6 +49,7 @@ mod refused;
 mod regressions;
 mod server_life;
 mod shards;
+mod store_dynamodb;
 mod store_etcd;
 mod store_life;
 mod store_nats;

@@ -5,6 +5,7 @@
 
 pub mod creds;
 pub mod http;
+pub mod records;
 pub mod sigv4;
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
+use crate::store::server::ServerUrl;
 use crate::store::{StoreError, StoreResult};
 pub use creds::Credentials;
 pub use http::{Endpoint, Response};
@@ -84,6 +86,65 @@ impl Service {
             format!("{path}?{query}")
         };
         self.client.send(method, &target, &headers, body).await
+    }
+}
+
+/// What an AWS store's URL says beyond its bucket or table: `region`, `endpoint`, `create`
+/// and `ca_file` (the caller takes its own parameters first).
+pub struct Options {
+    pub region: String,
+    pub endpoint: Endpoint,
+    pub create: bool,
+    pub ca_file: Option<String>,
+}
+
+/// A yes/no URL parameter: `key=1` (or `true`, or bare), absent or `0` for no.
+pub fn flag(url: &mut ServerUrl, key: &str) -> StoreResult<bool> {
+    match url.take_param(key).as_deref() {
+        None | Some("0") | Some("false") => Ok(false),
+        Some("1") | Some("true") | Some("") => Ok(true),
+        Some(other) => Err(StoreError::invalid(format!(
+            "{key}={other:?}: use {key}=1 or leave it out"
+        ))),
+    }
+}
+
+impl Options {
+    /// `default_host`: the service's AWS endpoint host for a region (over https).
+    pub fn take(
+        url: &mut ServerUrl,
+        env: creds::Env,
+        default_host: impl Fn(&str) -> String,
+    ) -> StoreResult<Options> {
+        let region = creds::region(url.take_param("region"), env)?;
+        let endpoint = match url.take_param("endpoint") {
+            Some(e) => Endpoint::parse(&e).map_err(StoreError::invalid)?,
+            None => Endpoint {
+                tls: true,
+                host: default_host(&region),
+                port: 443,
+            },
+        };
+        let create = flag(url, "create")?;
+        let ca_file = url.take_param("ca_file");
+        url.reject_unknown_params().map_err(StoreError::invalid)?;
+        if ca_file.is_some() && !endpoint.tls {
+            return Err(StoreError::invalid("ca_file needs an https:// endpoint"));
+        }
+        Ok(Options {
+            region,
+            endpoint,
+            create,
+            ca_file,
+        })
+    }
+
+    /// The TLS configuration for an `https` endpoint, none for `http`.
+    pub fn tls(&self) -> StoreResult<Option<Arc<rustls::ClientConfig>>> {
+        match self.endpoint.tls {
+            true => Ok(Some(tls_config(self.ca_file.as_deref())?)),
+            false => Ok(None),
+        }
     }
 }
 

@@ -3,9 +3,12 @@
 
 use bytes::Bytes;
 
+use async_trait::async_trait;
+
+use crate::store::aws::records::{Cond, Object, Objects};
 use crate::store::aws::sigv4::uri_encode;
 use crate::store::aws::{self, Response, Service};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Health, HealthQuery, StoreError, StoreResult};
 
 /// One bucket, addressed path-style (`/BUCKET/KEY`) or virtual-hosted (`BUCKET.host/KEY`).
 pub struct Bucket {
@@ -18,101 +21,9 @@ pub struct Bucket {
 /// What a missing bucket's error says, after its name.
 pub const MISSING: &str = "does not exist: create it, or add ?create=1 to the store URL";
 
-/// An object as read: its body and ETag (none where it is absent) and the server's clock.
-pub struct Object {
-    pub body: Option<(Bytes, String)>,
-    pub date_ms: i64,
-}
-
-/// A conditional PUT's condition: the object must be absent, or carry this ETag.
-#[derive(Clone, Copy, Debug)]
-pub enum Cond<'a> {
-    Absent,
-    Match(&'a str),
-}
-
 impl Bucket {
     fn path(&self, key: &str) -> String {
         format!("{}/{}", self.root, uri_encode(key, true))
-    }
-
-    /// The object at `key`, or its absence, with the server's `Date`.
-    pub async fn get(&self, key: &str) -> StoreResult<Object> {
-        let r = self
-            .svc
-            .send("GET", &self.path(key), "", &[], Bytes::new())
-            .await?;
-        let date_ms = aws::date_ms(&r)?;
-        match r.status {
-            200 => {
-                let etag = r
-                    .header("etag")
-                    .ok_or_else(|| StoreError::protocol("S3 answered a GET without an ETag"))?
-                    .to_string();
-                Ok(Object {
-                    body: Some((r.body, etag)),
-                    date_ms,
-                })
-            }
-            404 if aws::error_code(&r.body).0 != "NoSuchBucket" => Ok(Object {
-                body: None,
-                date_ms,
-            }),
-            _ => Err(self.failure(&r)),
-        }
-    }
-
-    /// Write `body` at `key` if `cond` holds: `Ok(Some(etag))` written; `Ok(None)` the
-    /// condition failed. AWS answers a lost race with 412, a concurrent conflicting write with 409
-    /// (ConditionalRequestConflict), an `If-Match` on a vanished key with 404: each is "not
-    /// written, read again", never success.
-    pub async fn put(
-        &self,
-        key: &str,
-        body: Vec<u8>,
-        cond: Cond<'_>,
-    ) -> StoreResult<Option<String>> {
-        let header = match cond {
-            Cond::Absent => ("if-none-match", "*"),
-            Cond::Match(etag) => ("if-match", etag),
-        };
-        let extra = [("content-type", "application/json"), header];
-        let r = self
-            .svc
-            .send("PUT", &self.path(key), "", &extra, Bytes::from(body))
-            .await?;
-        match r.status {
-            200 => Ok(Some(r.header("etag").unwrap_or_default().to_string())),
-            409 | 412 => Ok(None),
-            404 if aws::error_code(&r.body).0 != "NoSuchBucket" => Ok(None),
-            _ => Err(self.failure(&r)),
-        }
-    }
-
-    /// Every key under `prefix` (ListObjectsV2, page by page).
-    pub async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
-        let mut keys = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let mut query = format!("list-type=2&prefix={}", uri_encode(prefix, false));
-            if let Some(token) = &next {
-                query.push_str(&format!("&continuation-token={}", uri_encode(token, false)));
-            }
-            let path = format!("{}/", self.root);
-            let r = self
-                .svc
-                .send("GET", &path, &query, &[], Bytes::new())
-                .await?;
-            if r.status != 200 {
-                return Err(self.failure(&r));
-            }
-            let text = String::from_utf8_lossy(&r.body);
-            keys.extend(tags(&text, "Key").map(unescape));
-            next = tags(&text, "NextContinuationToken").next().map(unescape);
-            if next.is_none() || !text.contains("<IsTruncated>true</IsTruncated>") {
-                return Ok(keys);
-            }
-        }
     }
 
     /// Whether the bucket exists, by a GET of `key` (present or not): a GET's refusal
@@ -179,6 +90,87 @@ impl Bucket {
             (500.., _) => StoreError::unavailable(format!("S3 answered {said}")),
             _ => StoreError::protocol(format!("S3 answered {said}")),
         }
+    }
+}
+
+#[async_trait]
+impl Objects for Bucket {
+    /// The object at `key`, or its absence, with the server's `Date`.
+    async fn get(&self, key: &str) -> StoreResult<Object> {
+        let r = self
+            .svc
+            .send("GET", &self.path(key), "", &[], Bytes::new())
+            .await?;
+        let date_ms = aws::date_ms(&r)?;
+        match r.status {
+            200 => {
+                let etag = r
+                    .header("etag")
+                    .ok_or_else(|| StoreError::protocol("S3 answered a GET without an ETag"))?
+                    .to_string();
+                Ok(Object {
+                    body: Some((r.body, etag)),
+                    date_ms,
+                })
+            }
+            404 if aws::error_code(&r.body).0 != "NoSuchBucket" => Ok(Object {
+                body: None,
+                date_ms,
+            }),
+            _ => Err(self.failure(&r)),
+        }
+    }
+
+    /// Write `body` at `key` if `cond` holds: `Ok(Some(etag))` written; `Ok(None)` the
+    /// condition failed. AWS answers a lost race with 412, a concurrent conflicting write with 409
+    /// (ConditionalRequestConflict), an `If-Match` on a vanished key with 404: each is "not
+    /// written, read again", never success.
+    async fn put(&self, key: &str, body: Vec<u8>, cond: Cond<'_>) -> StoreResult<Option<String>> {
+        let header = match cond {
+            Cond::Absent => ("if-none-match", "*"),
+            Cond::Match(etag) => ("if-match", etag),
+        };
+        let extra = [("content-type", "application/json"), header];
+        let r = self
+            .svc
+            .send("PUT", &self.path(key), "", &extra, Bytes::from(body))
+            .await?;
+        match r.status {
+            200 => Ok(Some(r.header("etag").unwrap_or_default().to_string())),
+            409 | 412 => Ok(None),
+            404 if aws::error_code(&r.body).0 != "NoSuchBucket" => Ok(None),
+            _ => Err(self.failure(&r)),
+        }
+    }
+
+    /// Every key under `prefix` (ListObjectsV2, page by page).
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut query = format!("list-type=2&prefix={}", uri_encode(prefix, false));
+            if let Some(token) = &next {
+                query.push_str(&format!("&continuation-token={}", uri_encode(token, false)));
+            }
+            let path = format!("{}/", self.root);
+            let r = self
+                .svc
+                .send("GET", &path, &query, &[], Bytes::new())
+                .await?;
+            if r.status != 200 {
+                return Err(self.failure(&r));
+            }
+            let text = String::from_utf8_lossy(&r.body);
+            keys.extend(tags(&text, "Key").map(unescape));
+            next = tags(&text, "NextContinuationToken").next().map(unescape);
+            if next.is_none() || !text.contains("<IsTruncated>true</IsTruncated>") {
+                return Ok(keys);
+            }
+        }
+    }
+
+    async fn health(&self, probe: &str, query: HealthQuery) -> StoreResult<Health> {
+        super::doctor::health(self, probe, query).await
     }
 }
 

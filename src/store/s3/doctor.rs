@@ -2,15 +2,16 @@
 //! signature: an answer to a GET names a refused signature, where a HEAD cannot), the bucket,
 //! the server's clock against this host's, persistence, and what S3 cannot promise a lock.
 
-use super::backend::S3Backend;
+use super::api::Bucket;
+use crate::store::aws::records::Objects;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult, clock_finding, wall_ms};
 
-pub async fn health(b: &S3Backend, _q: HealthQuery) -> StoreResult<Health> {
+pub async fn health(bucket: &Bucket, probe: &str, _q: HealthQuery) -> StoreResult<Health> {
     let before = wall_ms();
     // Any key's GET (present or not) proves the signature; a refused one is an error (77).
-    let obj = b.bucket.get(&format!("{}shard-list", b.base)).await?;
+    let obj = bucket.get(probe).await?;
     let after = wall_ms();
-    let svc = &b.bucket.svc;
+    let svc = &bucket.svc;
     let mut h = Health::default();
     h.findings.push(Finding::new(
         "signature",
@@ -25,9 +26,9 @@ pub async fn health(b: &S3Backend, _q: HealthQuery) -> StoreResult<Health> {
         Severity::Ok,
         format!(
             "bucket {} in region {}, {} addressing",
-            b.bucket.name,
+            bucket.name,
             svc.region,
-            if b.bucket.root.is_empty() {
+            if bucket.root.is_empty() {
                 "virtual-hosted"
             } else {
                 "path-style"

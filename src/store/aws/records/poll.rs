@@ -1,6 +1,6 @@
-//! A waiter's pace on S3. S3 tells nobody of a change, so a waiter looks again, and each look
-//! is a paid request: once per `interval(ttl)`, stretched by a random 0 to 50 % so waiters
-//! drift apart, and never sooner, however soon the engine would look again.
+//! A waiter's pace on S3 and DynamoDB. Neither tells anybody of a change, so a waiter looks
+//! again, and each look is a paid request: once per `interval(ttl)`, stretched by a random 0 to
+//! 50 % so waiters drift apart, and never sooner, however soon the engine would look again.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ use crate::store::Listener;
 
 /// The fastest a waiter polls: about a quarter of the lease's ttl (a lock that runs out is
 /// seen within a quarter of its time), at most a second apart (one look per second costs
-/// about $0.035 a day per waiter at AWS's GET price), and at least 100 ms.
+/// about $0.035 a day per waiter at S3's GET price, about $0.01 at DynamoDB's on-demand
+/// strongly consistent read price), and at least 100 ms.
 pub fn interval(ttl: Duration) -> Duration {
     (ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
 }

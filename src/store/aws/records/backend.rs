@@ -1,57 +1,57 @@
-//! The S3 store's transaction (`record::Backend::transact`): read each name's record with its
-//! ETag and the server's `Date`, decide by the shared rules (`record::rules`), and write each
-//! changed record back with `If-Match` (or `If-None-Match: *` where there was none). A lost
-//! race on the first write reads again; one on a later name undoes the names already written.
+//! The records' transaction (`record::Backend::transact`): read each name's record with its
+//! version and the server's `Date`, decide by the shared rules (`record::rules`), and write each
+//! changed record back on condition that its version is still the one read (or that it is still
+//! absent). A lost race on the first write reads again; one on a later name undoes the names
+//! already written.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
 
-use super::api::{Bucket, Cond, Object};
-use super::record;
+use super::{Cond, Object, Objects, record};
 use crate::store::record::rules::{Rows, Write};
 use crate::store::record::{Backend, Decide};
 use crate::store::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 
 /// Added to every expiry a grant or renewal writes: the `Date` it is reckoned from is the
 /// server's clock cut to the whole second, up to 1 s before the lease really started (see the
-/// module doc of `s3`).
+/// module doc of `records`).
 pub const PAD_MS: i64 = 1000;
 
 /// Reads and writes of one transaction lost to other writers, at most, before it gives up.
 const TRIES: u32 = 24;
 
-pub struct S3Backend {
-    pub bucket: Bucket,
+pub struct Records<O> {
+    pub objects: O,
     /// Every key of this namespace starts with it: `PREFIX/NAMESPACE/`.
     pub base: String,
     pub describe: String,
 }
 
-/// One name as read: its rows, and the ETag to write it back with (none: absent).
+/// One name as read: its rows, and the version to write it back with (none: absent).
 struct Read {
     rows: Rows,
-    etag: Option<String>,
+    version: Option<String>,
 }
 
-impl S3Backend {
+impl<O: Objects> Records<O> {
     pub fn lock_key(&self, name: &str) -> String {
         format!("{}lock/{name}", self.base)
     }
 
     fn decode(&self, name: &str, obj: Object) -> StoreResult<Read> {
         Ok(match obj.body {
-            Some((body, etag)) => Read {
+            Some((body, version)) => Read {
                 rows: record::decode(name, &body)?,
-                etag: Some(etag),
+                version: Some(version),
             },
             None => Read {
                 rows: Rows {
                     name: name.to_string(),
                     ..Rows::default()
                 },
-                etag: None,
+                version: None,
             },
         })
     }
@@ -60,7 +60,7 @@ impl S3Backend {
     /// reads began after the caller's attempt did) and the latest, in ms.
     async fn read(&self, names: &[String]) -> StoreResult<(Vec<Read>, i64, i64)> {
         let keys: Vec<String> = names.iter().map(|n| self.lock_key(n)).collect();
-        let objs = join_all(keys.iter().map(|k| self.bucket.get(k))).await;
+        let objs = join_all(keys.iter().map(|k| self.objects.get(k))).await;
         let (mut reads, mut early, mut late) = (Vec::new(), i64::MAX, 0);
         for (name, obj) in names.iter().zip(objs) {
             let obj = obj?;
@@ -76,20 +76,20 @@ impl S3Backend {
     async fn write(&self, reads: &[Read], after: &[Rows], writer: &str) -> StoreResult<bool> {
         let mut done: Vec<(usize, String)> = Vec::new();
         for (i, (read, new)) in reads.iter().zip(after).enumerate() {
-            if read.etag.is_some() && record::same(&read.rows, new) {
+            if read.version.is_some() && record::same(&read.rows, new) {
                 continue;
             }
-            if read.etag.is_none() && record::same(&Rows::default(), &anonymous(new)) {
+            if read.version.is_none() && record::same(&Rows::default(), &anonymous(new)) {
                 continue;
             }
-            let cond = read.etag.as_deref().map_or(Cond::Absent, Cond::Match);
+            let cond = read.version.as_deref().map_or(Cond::Absent, Cond::Match);
             let key = self.lock_key(&new.name);
             match self
-                .bucket
+                .objects
                 .put(&key, record::encode(new, writer), cond)
                 .await?
             {
-                Some(etag) => done.push((i, etag)),
+                Some(version) => done.push((i, version)),
                 None => {
                     self.undo(reads, &done, writer).await?;
                     return Ok(false);
@@ -100,7 +100,7 @@ impl S3Backend {
     }
 
     /// Put back the records written so far (a multi-name grant that lost on a later name).
-    /// Only this transaction's own write can carry the ETag it got, so an undo that fails
+    /// Only this transaction's own write can carry the version it got, so an undo that fails
     /// means a force or an expiry judged elsewhere moved on: the engine's release after the
     /// error removes whatever of the token is left.
     async fn undo(
@@ -109,13 +109,13 @@ impl S3Backend {
         done: &[(usize, String)],
         writer: &str,
     ) -> StoreResult<()> {
-        for (i, etag) in done.iter().rev() {
+        for (i, version) in done.iter().rev() {
             let read = &reads[*i];
             let key = self.lock_key(&read.rows.name);
             let body = record::encode(&read.rows, writer);
             if self
-                .bucket
-                .put(&key, body, Cond::Match(etag))
+                .objects
+                .put(&key, body, Cond::Match(version))
                 .await?
                 .is_none()
             {
@@ -138,7 +138,7 @@ fn anonymous(rows: &Rows) -> Rows {
 }
 
 /// The rows after `writes`, applied to the rows as read: the rules' decision, with every
-/// written expiry padded (`PAD_MS`). Waiter rows and wake-ups have no place in an object.
+/// written expiry padded (`PAD_MS`). Waiter rows and wake-ups have no place in a record.
 pub fn apply(rows: &mut [Rows], writes: &[Write]) {
     let find = |rows: &mut [Rows], name: &str| rows.iter().position(|r| r.name == name);
     for w in writes {
@@ -193,14 +193,14 @@ fn backoff(try_no: u32) -> Duration {
 }
 
 #[async_trait]
-impl Backend for S3Backend {
+impl<O: Objects> Backend for Records<O> {
     fn describe(&self) -> &str {
         &self.describe
     }
 
     /// `create`: a grant or a fence raise. Those lift each counter to the fence floor of the
-    /// server's clock (or this host's, whichever is ahead), so a record deleted, or a bucket
-    /// emptied or recreated, never hands out a fence it handed out before.
+    /// server's clock (or this host's, whichever is ahead), so a record deleted, or a bucket or
+    /// table emptied or recreated, never hands out a fence it handed out before.
     async fn transact(
         &self,
         names: &[String],
@@ -232,7 +232,7 @@ impl Backend for S3Backend {
         )))
     }
 
-    /// Waiters poll, paced by their ttl (`S3Store::listen`); one that came here instead
+    /// Waiters poll, paced by their ttl (`ObjectStore::listen`); one that came here instead
     /// looks at the slowest pace, once a second.
     async fn listen(&self, _token: &str) -> StoreResult<Box<dyn Listener>> {
         Ok(Box::new(super::poll::Poll::new(Duration::from_secs(1))))
@@ -241,7 +241,7 @@ impl Backend for S3Backend {
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {
         let key = format!("{}shard-list", self.base);
         loop {
-            let obj = self.bucket.get(&key).await?;
+            let obj = self.objects.get(&key).await?;
             let (now, etag) = match obj.body {
                 Some((body, etag)) => (String::from_utf8_lossy(&body).into_owned(), Some(etag)),
                 None => (String::new(), None),
@@ -253,7 +253,7 @@ impl Backend for S3Backend {
                 _ => etag.as_deref().map_or(Cond::Absent, Cond::Match),
             };
             if self
-                .bucket
+                .objects
                 .put(&key, tag.as_bytes().to_vec(), put)
                 .await?
                 .is_some()
@@ -265,7 +265,7 @@ impl Backend for S3Backend {
 
     async fn held_names(&self, prefix: &str) -> StoreResult<Vec<String>> {
         let under = self.lock_key("");
-        let keys = self.bucket.list(&format!("{under}{prefix}")).await?;
+        let keys = self.objects.list(&format!("{under}{prefix}")).await?;
         Ok(keys
             .into_iter()
             .filter_map(|k| k.strip_prefix(&under).map(str::to_string))
@@ -273,10 +273,12 @@ impl Backend for S3Backend {
     }
 
     async fn health(&self, query: HealthQuery) -> StoreResult<Health> {
-        super::doctor::health(self, query).await
+        self.objects
+            .health(&format!("{}shard-list", self.base), query)
+            .await
     }
 
-    /// Each S3 request stands alone: there is no open transaction to end blind.
+    /// Each request stands alone: there is no open transaction to end blind.
     async fn release_unheard(&self, _names: &[String], _token: &str) -> Option<bool> {
         None
     }

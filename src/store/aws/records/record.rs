@@ -1,11 +1,12 @@
-//! One lock name's record as an S3 object: a JSON object holding the name's fence counter, how
-//! its last lease ended, and its holders (`record::rules::Rows`), plus a random nonce and the
-//! writer's owner id.
+//! One lock name's record (an S3 object, a DynamoDB item's body): a JSON object holding the
+//! name's fence counter, how its last lease ended, and its holders (`record::rules::Rows`), plus a
+//! random nonce and the writer's owner id.
 //!
 //! Every body is unique: S3's ETag is the body's MD5, so two writes of the same bytes share
 //! one ETag, and an `If-Match` made with the first would succeed against the second. The
 //! nonce (128 random bits per write) makes every write's ETag new, whatever it records.
-//! Waiters are not kept in the object (they poll; see `poll`).
+//! (DynamoDB's version is a random attribute of its own, but the nonce costs nothing there.)
+//! Waiters are not kept in the record (they poll; see `poll`).
 
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +18,7 @@ struct Holder {
     token: String,
     mode: String,
     fence: i64,
-    /// The server's clock, ms since the epoch (see the module doc of `s3` for its padding).
+    /// The server's clock, ms since the epoch (see the module doc of `records` for its padding).
     expires: i64,
     meta: String,
 }
