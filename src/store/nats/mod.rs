@@ -53,9 +53,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::server::ServerUrl;
 use super::record::rules::Rows;
 use super::record::{Backend, Decide, RecordStore};
+use super::server::ServerUrl;
 use super::{
     ErrorKind, Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite, fence_floor,
 };
