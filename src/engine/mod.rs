@@ -37,7 +37,7 @@ use reach::Reach;
 pub use reach::{Outage, show as show_outage};
 pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
-pub use wait::Budget;
+pub use wait::{Budget, Halt};
 
 pub use error::{EngineError, NOT_WAITED};
 use error::{gone_message, unreachable};
@@ -154,7 +154,21 @@ impl Engine {
         budget: Budget,
         busy: Option<&tokio::sync::watch::Sender<u32>>,
     ) -> Result<Lease, EngineError> {
-        self.wait_with(&mut take::Take::new(req), budget, busy)
+        self.acquire_until(req, budget, busy, std::future::pending())
+            .await
+    }
+
+    /// `acquire_reporting` that ends, as if its budget ran out, once `stop` is done (the
+    /// shard router's earlier group lost; `run --any`'s race won by another). Nothing of it
+    /// is left queued: the engine gives back what the wait may have been granted.
+    pub async fn acquire_until(
+        &self,
+        req: &Acquire,
+        budget: Budget,
+        busy: Option<&tokio::sync::watch::Sender<u32>>,
+        stop: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<Lease, EngineError> {
+        self.wait_with(&mut take::Take::new(req), budget, busy, stop)
             .await
     }
 
