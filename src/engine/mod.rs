@@ -14,6 +14,7 @@ mod free;
 mod late;
 mod open;
 mod reach;
+mod release;
 mod reopen;
 pub mod session;
 mod take;
@@ -35,6 +36,7 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
+pub use release::Failed;
 pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
 pub use wait::{Budget, Halt};
@@ -247,13 +249,11 @@ impl Engine {
         self.tally(self.fan_out_owner(|s| s.renew(names, token, ttl)).await)
     }
 
-    /// Owner-checked release on every store (also those where the lease was not granted: a
-    /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
+    /// Owner-checked release on every store, one try (see `release_within`): from a
+    /// process that does not hold the `Lease` (`unlock`), or to withdraw.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
-        self.tally(
-            self.fan_out_owner(|s| s.release(names, token, outcome))
-                .await,
-        )
+        self.release_within(names, token, outcome, Instant::now(), &|_, _| {})
+            .await
     }
 
     pub async fn force_release(&self, names: &[String]) -> Tally {
