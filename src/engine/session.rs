@@ -35,14 +35,12 @@ pub trait Keeper: Send + Sync + 'static {
     /// say it is gone.
     fn renew(&self, lease: &mut Lease) -> impl Future<Output = Result<(), EngineError>> + Send;
 
-    /// Owner-checked release of `names` held under `token`, recording how the job ended;
-    /// the stores that give no answer are asked again until `until` (`Engine::release_within`).
+    /// Owner-checked release of `lease`, recording how the job ended; the stores that give
+    /// no answer are asked again until its deadline (`Engine::release_held`).
     fn release(
         &self,
-        names: &[String],
-        token: &str,
+        lease: &Lease,
         outcome: Outcome,
-        until: Instant,
         failed: &Failed<'_>,
     ) -> impl Future<Output = Self::Released> + Send;
 }
@@ -54,16 +52,8 @@ impl Keeper for Engine {
         Engine::renew(self, lease).await
     }
 
-    async fn release(
-        &self,
-        names: &[String],
-        token: &str,
-        outcome: Outcome,
-        until: Instant,
-        failed: &Failed<'_>,
-    ) -> Tally {
-        self.release_within(names, token, outcome, until, failed)
-            .await
+    async fn release(&self, lease: &Lease, outcome: Outcome, failed: &Failed<'_>) -> Tally {
+        self.release_held(lease, outcome, failed).await
     }
 }
 
@@ -208,7 +198,11 @@ impl<K: Keeper> Session<K> {
         if std::mem::replace(&mut self.released, true) {
             return None;
         }
-        let until = self.health().deadline;
+        // Asked again until the deadline the renewals reached.
+        let lease = Lease {
+            deadline: self.health().deadline,
+            ..self.lease.clone()
+        };
         let req = &self.lease.req;
         let fences: Vec<u64> = self.lease.grants.iter().map(|g| g.fence).collect();
         let events = &self.events;
@@ -222,10 +216,7 @@ impl<K: Keeper> Session<K> {
                 ),
             )
         };
-        let released = self
-            .keeper
-            .release(&req.names, &req.token, outcome, until, &failed);
-        Some(released.await)
+        Some(self.keeper.release(&lease, outcome, &failed).await)
     }
 }
 
