@@ -1,15 +1,16 @@
 //! Taking a lease for a command: the waiting line and events, signals while waiting, the race
 //! of `run --any`'s alternatives, and the one line that says a lock was not acquired.
 
+use std::sync::Arc;
+
 use futures_util::StreamExt;
-use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 
 use super::waiting::{self, Outcome, Waiting};
 use super::{Ctx, engine_error, millis, mode_json};
 use crate::cli::AcquireArgs;
-use crate::engine::{Budget, EngineError, Lease, Wait, previous};
+use crate::engine::{Budget, EngineError, Halt, Lease, Session, Wait, previous};
 use crate::events::{self, Events};
 use crate::exit::{Error, ExitCode, Result};
 use crate::shard::Shards;
@@ -57,18 +58,12 @@ pub async fn acquire_any(
                 Stop::Refused(_) => Outcome::GaveUp,
                 Stop::Signal(_) => Outcome::Interrupted,
             });
-            withdraw(ctx, reqs, None).await;
             return Err(match stop {
                 Stop::Refused(e) => e,
                 Stop::Signal(sig) => Error::interrupted(sig),
             });
         }
     };
-    if r.is_ok() {
-        // The losers' queue entries (and any grant that raced the winner's) must not stay. A
-        // request that ran to its end without a grant has withdrawn itself.
-        withdraw(ctx, reqs, Some(won)).await;
-    }
     let req = &reqs[won];
     waiting.finish(if r.is_ok() {
         Outcome::Acquired
@@ -94,7 +89,8 @@ enum Stop {
 
 /// Every request waiting at once, with the waiting line and the store outages followed
 /// meanwhile, until one is granted or all ran to their end (with the winner's index, or the
-/// last answer), or a signal or the shard-list check stops the wait.
+/// last answer), or a signal or the shard-list check stops the wait. A wait that is stopped
+/// is halted, so that nothing of it stays queued or granted.
 async fn race(
     ctx: &Ctx,
     reqs: &[Acquire],
@@ -105,43 +101,58 @@ async fn race(
     events: &Events,
 ) -> std::result::Result<(usize, std::result::Result<Lease, EngineError>), Stop> {
     let (busy, busy_seen) = tokio::sync::watch::channel(0u32);
-    let mut granting = std::pin::pin!(first_granted(&ctx.shards, reqs, wait, &busy));
-    let mut follow = std::pin::pin!(waiting.follow(busy_seen));
+    let (raise, halt) = Halt::channel();
+    let mut granting = std::pin::pin!(first_granted(&ctx.shards, reqs, wait, &busy, &raise, halt));
     // The live line shows an outage itself.
     let quiet = !ctx.out.live_line();
     let reach = waiting::follow_reach(&ctx.shards, all, events, &ctx.out, quiet);
-    let mut reach = std::pin::pin!(reach);
     // A plain client makes sure no store serves a shard list while its first attempt is under
     // way (no round trip added; see `shard::plain`); sharded ones checked before.
     let mut check = std::pin::pin!(ctx.shards.check_unsharded());
     let mut checked = false;
-    let ended = loop {
-        tokio::select! {
-            r = &mut granting => break Ok(r),
-            sig = signals.recv() => break Err(Stop::Signal(sig)),
-            never = &mut follow => match never {},
-            never = &mut reach => match never {},
-            c = &mut check, if !checked => match c {
-                Ok(()) => checked = true,
-                Err(e) => break Err(Stop::Refused(e)),
-            },
+    let work = async {
+        let mut reach = std::pin::pin!(reach);
+        loop {
+            tokio::select! {
+                r = &mut granting => break Ok(r),
+                never = &mut reach => match never {},
+                c = &mut check, if !checked => match c {
+                    Ok(()) => checked = true,
+                    Err(e) => break Err(Stop::Refused(e)),
+                },
+            }
         }
+    };
+    let ended = match waiting.until_signal(signals, busy_seen, work).await {
+        Ok(ended) => ended,
+        Err(sig) => Err(Stop::Signal(sig)),
     };
     match ended {
         // Granted or given up before the check answered: it decides now.
-        Ok(r) if !checked => check.await.map(|()| r).map_err(Stop::Refused),
+        Ok(r) if !checked => match check.await {
+            Ok(()) => Ok(r),
+            Err(e) => {
+                give_back(&ctx.shards, r.1).await;
+                Err(Stop::Refused(e))
+            }
+        },
+        Err(stop) => {
+            let _ = raise.send(true);
+            give_back(&ctx.shards, granting.await.1).await;
+            Err(stop)
+        }
         other => other,
     }
 }
 
-/// Give back every request but `except` (queue entries, and grants that raced the winner).
-async fn withdraw(ctx: &Ctx, reqs: &[Acquire], except: Option<usize>) {
-    let others = reqs.iter().enumerate().filter(|(i, _)| Some(*i) != except);
-    join_all(others.map(|(_, r)| {
-        ctx.shards
-            .release(&r.names, &r.token, crate::store::Outcome::Withdrawn)
-    }))
-    .await;
+/// Give back a grant that will not be held (it raced the winner, or the wait was stopped):
+/// no job ran under it.
+async fn give_back(shards: &Arc<Shards>, r: std::result::Result<Lease, EngineError>) {
+    if let Ok(lease) = r {
+        Session::new(shards.clone(), lease)
+            .release(crate::store::Outcome::Withdrawn)
+            .await;
+    }
 }
 
 /// The `acquired` event.
@@ -248,26 +259,37 @@ fn took() -> String {
 }
 
 /// The first of `reqs` to be granted, with its index; if none is, the last answer (every
-/// request ran to its end: busy, timed out, or failed).
+/// request ran to its end: busy, timed out, or failed). The first grant raises `halt` for
+/// the others (each gives back what it queued), and a grant that raced it is given back.
 async fn first_granted(
-    shards: &Shards,
+    shards: &Arc<Shards>,
     reqs: &[Acquire],
     wait: Wait,
     busy: &tokio::sync::watch::Sender<u32>,
+    raise: &tokio::sync::watch::Sender<bool>,
+    halt: Halt,
 ) -> (usize, std::result::Result<Lease, EngineError>) {
     // One budget for every alternative: the race ends by one deadline.
     let budget = Budget::start(wait);
     let mut racing: FuturesUnordered<_> = reqs
         .iter()
         .enumerate()
-        .map(|(i, r)| async move { (i, shards.acquire_reporting(r, budget, Some(busy)).await) })
+        .map(|(i, r)| {
+            let halt = halt.clone();
+            async move { (i, shards.acquire_until(r, budget, Some(busy), halt).await) }
+        })
         .collect();
+    let mut won = None;
     let mut last = None;
     while let Some((i, r)) = racing.next().await {
-        if r.is_ok() {
-            return (i, r);
+        match r {
+            Ok(lease) if won.is_none() => {
+                let _ = raise.send(true);
+                won = Some((i, Ok(lease)));
+            }
+            Ok(lease) => give_back(shards, Ok(lease)).await,
+            Err(e) => last = Some((i, Err(e))),
         }
-        last = Some((i, r));
     }
-    last.expect("at least one request")
+    won.or(last).expect("at least one request")
 }

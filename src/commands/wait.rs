@@ -25,12 +25,12 @@ pub async fn run(args: WaitArgs, ctx: &Ctx) -> Result<i32> {
     let no_events = Events::default();
     let (busy, busy_seen) = tokio::sync::watch::channel(0u32);
     let mut waiting = Waiting::new(&ctx.out, &ctx.shards, &names, None, &no_events);
-    let ended = tokio::select! {
-        r = ctx.shards.engine(&args.name).wait_free(&args.name, wait, Some(&busy)) => Ok(r),
-        sig = signals.recv() => Err(sig),
-        never = waiting.follow(busy_seen) => match never {},
-    };
-    let ended = match ended {
+    let engine = ctx.shards.engine(&args.name);
+    let waited_free = engine.wait_free(&args.name, wait, Some(&busy));
+    let ended = match waiting
+        .until_signal(&mut signals, busy_seen, waited_free)
+        .await
+    {
         Ok(r) => r,
         Err(sig) => {
             waiting.finish(Outcome::Interrupted);

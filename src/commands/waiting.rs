@@ -29,6 +29,7 @@ use crate::meta::{self, compact, printable};
 use crate::output::Output;
 use crate::shard::Shards;
 use crate::store::{LockState, StoreError, Waiter};
+use crate::supervisor::signals::Signals;
 
 /// Fewest seconds between two reads of the holder, however often the engine finds it busy.
 const REFRESH_MIN: Duration = Duration::from_secs(3);
@@ -113,6 +114,22 @@ impl<'a> Waiting<'a> {
     /// How long it has waited so far (None: it never had to).
     pub fn waited(&self) -> Option<Duration> {
         self.started.map(|s| s.elapsed())
+    }
+
+    /// `work` (a wait), with this line following `busy` (see `follow`) meanwhile, until it
+    /// ends, or a stopping signal comes first (its number). `dlock wait` and every acquire
+    /// wait this one way.
+    pub async fn until_signal<T>(
+        &mut self,
+        signals: &mut Signals,
+        busy: watch::Receiver<u32>,
+        work: impl Future<Output = T>,
+    ) -> Result<T, i32> {
+        tokio::select! {
+            r = work => Ok(r),
+            sig = signals.recv() => Err(sig),
+            never = self.follow(busy) => match never {},
+        }
     }
 
     /// Show the wait from the engine's first busy report on; `busy` counts those reports.

@@ -24,7 +24,8 @@ impl Engine {
             name,
             probe: probe(name),
         };
-        self.wait_with(&mut free, Budget::start(wait), busy).await
+        self.wait_with(&mut free, Budget::start(wait), busy, std::future::pending())
+            .await
     }
 }
 

@@ -14,6 +14,7 @@ mod free;
 mod late;
 mod open;
 mod reach;
+mod release;
 mod reopen;
 pub mod session;
 mod take;
@@ -35,9 +36,10 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
+pub use release::Failed;
 pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
-pub use wait::Budget;
+pub use wait::{Budget, Halt};
 
 pub use error::{EngineError, NOT_WAITED};
 use error::{gone_message, unreachable};
@@ -154,7 +156,21 @@ impl Engine {
         budget: Budget,
         busy: Option<&tokio::sync::watch::Sender<u32>>,
     ) -> Result<Lease, EngineError> {
-        self.wait_with(&mut take::Take::new(req), budget, busy)
+        self.acquire_until(req, budget, busy, std::future::pending())
+            .await
+    }
+
+    /// `acquire_reporting` that ends, as if its budget ran out, once `stop` is done (the
+    /// shard router's earlier group lost; `run --any`'s race won by another). Nothing of it
+    /// is left queued: the engine gives back what the wait may have been granted.
+    pub async fn acquire_until(
+        &self,
+        req: &Acquire,
+        budget: Budget,
+        busy: Option<&tokio::sync::watch::Sender<u32>>,
+        stop: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<Lease, EngineError> {
+        self.wait_with(&mut take::Take::new(req), budget, busy, stop)
             .await
     }
 
@@ -233,13 +249,11 @@ impl Engine {
         self.tally(self.fan_out_owner(|s| s.renew(names, token, ttl)).await)
     }
 
-    /// Owner-checked release on every store (also those where the lease was not granted: a
-    /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
+    /// Owner-checked release on every store, one try (see `release_within`): from a
+    /// process that does not hold the `Lease` (`unlock`), or to withdraw.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
-        self.tally(
-            self.fan_out_owner(|s| s.release(names, token, outcome))
-                .await,
-        )
+        self.release_within(names, token, outcome, Instant::now(), &|_, _| {})
+            .await
     }
 
     pub async fn force_release(&self, names: &[String]) -> Tally {

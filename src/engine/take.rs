@@ -123,7 +123,10 @@ impl Driver for Take<'_> {
                     engine.release_on(&rest, req).await;
                 }
             }
-            End::GaveUp { queued: true } => engine.release_on(&engine.all(), req).await,
+            // Halted between two looks: any of them may have queued.
+            End::GaveUp { queued: true } | End::Halted => {
+                engine.release_on(&engine.all(), req).await
+            }
             End::GaveUp { queued: false } => {}
         }
     }

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::future::select_all;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
@@ -64,6 +65,30 @@ impl Budget {
     }
 }
 
+/// Asks waits to end early, from outside (`run --any`'s race, once one alternative won or a
+/// signal came): cloned into each wait, raised once for all. Each wait then ends as if its
+/// budget had run out, its driver giving back what it must, so nothing is left queued.
+#[derive(Clone, Default)]
+pub struct Halt(Option<watch::Receiver<bool>>);
+
+impl Halt {
+    /// A halt and what raises it (`send(true)`).
+    pub fn channel() -> (watch::Sender<bool>, Halt) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Halt(Some(rx)))
+    }
+
+    /// Until it is raised; never, for the default one (or once nobody can raise it).
+    pub async fn raised(self) {
+        if let Some(mut rx) = self.0
+            && rx.wait_for(|up| *up).await.is_ok()
+        {
+            return;
+        }
+        std::future::pending().await
+    }
+}
+
 /// What one look at the stores found.
 pub(super) enum Look<T> {
     /// The wait is over: the lease taken, or the name free.
@@ -103,6 +128,8 @@ pub(super) enum End {
     Unreachable,
     /// The budget ran out on a busy look; `queued`: the look was a queued one.
     GaveUp { queued: bool },
+    /// Asked to stop from outside, between two looks (any of which may have queued).
+    Halted,
 }
 
 /// What a wait does at each look, and after one that ends it without success.
@@ -127,18 +154,27 @@ pub(super) trait Driver {
 impl Engine {
     /// Wait as `driver` looks, within `budget`, counting up `busy` each time a look finds the
     /// name busy and the engine is about to wait: what the waiting line and the `waiting`
-    /// event follow. The count changes nothing in how the engine waits.
+    /// event follow. The count changes nothing in how the engine waits. Once `stop` is
+    /// done the wait ends at its next pause, as one whose budget ran out (`End::Halted`).
     pub(super) async fn wait_with<D: Driver>(
         &self,
         driver: &mut D,
         budget: Budget,
         busy: Option<&watch::Sender<u32>>,
+        stop: impl Future<Output = ()> + Send,
     ) -> Result<D::Done, EngineError> {
+        // Fused: a stop seen in a pause is remembered in `halted`, never polled again.
+        let mut stop = std::pin::pin!(stop.fuse());
+        let mut halted = false;
         let mut listeners: Option<Vec<Box<dyn Listener>>> = None;
         // The stores that failed the last look, and whether this wait rode out an outage.
         let mut erred: Vec<usize> = Vec::new();
         let mut rode_out = false;
         loop {
+            if halted || stop.as_mut().now_or_never().is_some() {
+                driver.end(self, End::Halted).await;
+                return Err(EngineError::NotAcquired);
+            }
             let queued = listeners.is_some();
             let Round { look, errors } = driver.look(self, queued).await;
             let back = erred.iter().any(|i| !errors.iter().any(|(j, _)| j == i));
@@ -151,7 +187,7 @@ impl Engine {
                     // whole budget, once the stores have answered this process.
                     if let Some(pause) = self.ride_out(budget, &errors) {
                         rode_out = true;
-                        sleep(pause).await;
+                        halted = until(stop.as_mut(), sleep(pause)).await;
                         continue;
                     }
                     driver.end(self, End::Unreachable).await;
@@ -170,7 +206,9 @@ impl Engine {
             match listeners.as_mut() {
                 // A store that came back lost what it was telling us on the old connection:
                 // listen again, on all, before the next look.
-                Some(ls) if !back => self.pace(ls, pace.then, pause).await,
+                Some(ls) if !back => {
+                    halted = until(stop.as_mut(), self.pace(ls, pace.then, pause)).await
+                }
                 _ => {
                     if !D::KEEPS_PLACE {
                         drop(listeners.take());
@@ -306,6 +344,19 @@ impl Engine {
         (0..self.stores.len())
             .filter(|&i| self.reach.has_served(i) || self.stores[i].reached())
             .count()
+    }
+}
+
+/// Until `f` is done, or `stop` is: whether `stop` was (the wait then ends before its next
+/// look).
+async fn until(
+    stop: std::pin::Pin<&mut impl Future<Output = ()>>,
+    f: impl Future<Output = ()>,
+) -> bool {
+    tokio::select! {
+        biased;
+        _ = stop => true,
+        _ = f => false,
     }
 }
 

@@ -17,10 +17,13 @@ pub mod record;
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use tokio::time::sleep;
+use std::sync::Arc;
 
-use crate::engine::{Budget, Engine, EngineError, Keeper, Lease, Tally, timing};
+use futures_util::future::{join_all, select_all};
+use tokio::sync::watch;
+
+use crate::engine::{Budget, Engine, EngineError, Failed, Halt, Keeper, Lease, Session, Tally};
+use crate::events::Events;
 use crate::store::url::StoreUrl;
 use crate::store::{Acquire, Outcome, StoreError};
 
@@ -28,7 +31,8 @@ pub struct Shard {
     /// The shard's stores as messages show them (secrets redacted), sorted, comma-separated:
     /// its name in placement, in the fingerprint and in output.
     pub label: String,
-    pub engine: Engine,
+    /// Shared with the sessions of the groups held while a later one is waited for.
+    pub engine: Arc<Engine>,
 }
 
 pub struct Shards {
@@ -58,7 +62,7 @@ impl Shards {
         Shards {
             shards: vec![Shard {
                 label: label_of(engine.stores().iter().map(|s| s.describe().to_string())),
-                engine,
+                engine: Arc::new(engine),
             }],
             namespace: namespace.to_string(),
             sharded: false,
@@ -100,7 +104,7 @@ impl Shards {
         for ((label, _), engine) in labelled.into_iter().zip(engines) {
             shards.push(Shard {
                 label,
-                engine: engine?,
+                engine: Arc::new(engine?),
             });
         }
         Ok(Shards {
@@ -153,75 +157,79 @@ impl Shards {
         out
     }
 
-    /// Take the lease for all of `req.names`, as `Engine::acquire_reporting`. Names on
-    /// several shards are taken one shard's group after another in canonical order, all or
-    /// none, each group's wait within what is left of `budget`. Holding the earlier groups
-    /// while waiting for a later one cannot deadlock: every client with this list takes
-    /// groups in the same order, and names within one shard's group are granted together.
-    /// The groups already held are renewed while it waits.
-    pub async fn acquire_reporting(
+    /// Take the lease for all of `req.names`, as `Engine::acquire_until` (ended early by
+    /// `halt`). Names on several shards are taken one shard's group after another in
+    /// canonical order, all or none, each group's wait within what is left of `budget`.
+    /// Holding the earlier groups while waiting for a later one cannot deadlock: every client
+    /// with this list takes groups in the same order, and names within one shard's group are
+    /// granted together. The groups already held are sessions, renewed while it waits; if
+    /// one is lost, the attempt starts over.
+    pub async fn acquire_until(
         &self,
         req: &Acquire,
         budget: Budget,
-        busy: Option<&tokio::sync::watch::Sender<u32>>,
+        busy: Option<&watch::Sender<u32>>,
+        halt: Halt,
     ) -> Result<Lease, EngineError> {
-        if self.shards.len() == 1 {
-            return self.shards[0]
-                .engine
-                .acquire_reporting(req, budget, busy)
-                .await;
-        }
-        let groups = self.groups(&req.names);
+        let groups = match self.shards.len() {
+            1 => vec![(0, Vec::new())],
+            _ => self.groups(&req.names),
+        };
         if let [(i, _)] = groups.as_slice() {
-            return self.shards[*i]
-                .engine
-                .acquire_reporting(req, budget, busy)
-                .await;
+            let engine = &self.shards[*i].engine;
+            return engine.acquire_until(req, budget, busy, halt.raised()).await;
         }
-        'attempt: loop {
-            let mut held: Vec<(usize, Lease)> = Vec::with_capacity(groups.len());
-            for (i, names) in &groups {
-                let sub = req.part(names);
-                let engine = &self.shards[*i].engine;
-                let mut taking = Box::pin(engine.acquire_reporting(&sub, budget, busy));
-                let got = loop {
-                    tokio::select! {
-                        r = &mut taking => break r,
-                        _ = sleep(timing::renew_period(req.ttl)), if !held.is_empty() => {
-                            if self.renew_parts(&mut held).await.is_err() {
-                                // An earlier group was lost while waiting: start over, and
-                                // leave no queue entry behind on this shard.
-                                drop(taking);
-                                engine
-                                    .release(&sub.names, &sub.token, Outcome::Withdrawn)
-                                    .await;
-                                self.release_parts(&held, &req.token).await;
-                                continue 'attempt;
-                            }
-                        }
-                    }
-                };
-                match got {
-                    Ok(lease) => held.push((*i, lease)),
-                    Err(e) => {
-                        self.release_parts(&held, &req.token).await;
-                        return Err(e);
-                    }
-                }
+        loop {
+            if let Some(lease) = self.take_groups(req, &groups, budget, busy, &halt).await? {
+                return Ok(lease);
             }
-            return Ok(combine(req, held));
         }
     }
 
-    /// Give back the parts of an attempt that did not get every shard: it was never held
-    /// as a whole, so no job ended (`Outcome::Withdrawn`).
-    async fn release_parts(&self, held: &[(usize, Lease)], token: &str) {
-        join_all(held.iter().map(|(i, l)| {
-            self.shards[*i]
-                .engine
-                .release(&l.req.names, token, Outcome::Withdrawn)
-        }))
-        .await;
+    /// One attempt at every group in turn, each waited for by its shard's engine, until
+    /// `halt` or the loss of a group already held: the lease, or None when a held group was
+    /// lost (start over). What is held when it fails is given back by its sessions.
+    async fn take_groups(
+        &self,
+        req: &Acquire,
+        groups: &[(usize, Vec<String>)],
+        budget: Budget,
+        busy: Option<&watch::Sender<u32>>,
+        halt: &Halt,
+    ) -> Result<Option<Lease>, EngineError> {
+        let mut held: Vec<(usize, Session<Engine>)> = Vec::with_capacity(groups.len());
+        for (i, names) in groups {
+            let engine = &self.shards[*i].engine;
+            let stop = async {
+                tokio::select! {
+                    _ = halt.clone().raised() => {}
+                    _ = any_lost(&mut held) => {}
+                }
+            };
+            let got = engine
+                .acquire_until(&req.part(names), budget, busy, stop)
+                .await;
+            if let Ok(lease) = got.as_ref() {
+                let mut part = Session::new(engine.clone(), lease.clone());
+                part.keep_alive(&Events::default());
+                held.push((*i, part));
+            }
+            let lost = held.iter().any(|(_, s)| s.health().lost.is_some());
+            if lost || got.is_err() {
+                // Never held as a whole, so no job ended: withdrawn.
+                join_all(held.iter_mut().map(|(_, s)| s.release(Outcome::Withdrawn))).await;
+                return if lost { Ok(None) } else { got.map(Some) };
+            }
+        }
+        let parts = held
+            .iter()
+            .map(|(i, s)| {
+                let mut lease = s.lease().clone();
+                lease.deadline = s.health().deadline;
+                (*i, lease)
+            })
+            .collect();
+        Ok(Some(combine(req, parts)))
     }
 
     /// Renew every part; the first error if any failed.
@@ -268,6 +276,25 @@ impl Shards {
         Tallies::of(&groups, join_all(each).await)
     }
 
+    /// Release a held lease on every shard it spans, each asking its stores that give no
+    /// answer again until the lease's deadline (`Engine::release_held`).
+    pub async fn release_held(
+        &self,
+        lease: &Lease,
+        outcome: Outcome,
+        failed: &Failed<'_>,
+    ) -> Tallies {
+        let groups = match self.shards.len() {
+            1 => vec![(0, lease.req.names.clone())],
+            _ => self.groups(&lease.req.names),
+        };
+        let parts = split(lease, groups.clone());
+        let each = parts
+            .iter()
+            .map(|(i, part)| self.shards[*i].engine.release_held(part, outcome, failed));
+        Tallies::of(&groups, join_all(each).await)
+    }
+
     /// Owner-checked extension on every shard `names` live on.
     pub async fn extend(&self, names: &[String], token: &str, ttl: Duration) -> Tallies {
         if self.shards.len() == 1 {
@@ -297,6 +324,14 @@ impl Shards {
         t.0.iter()
             .all(|(i, tally)| tally.yes >= self.shards[*i].engine.majority())
     }
+}
+
+/// Until one of `held` is known to be lost; never, while none is held.
+async fn any_lost(held: &mut [(usize, Session<Engine>)]) {
+    if held.is_empty() {
+        return std::future::pending().await;
+    }
+    select_all(held.iter_mut().map(|(_, s)| Box::pin(s.lost()))).await;
 }
 
 /// A shard's label from its stores' URLs as shown.
@@ -363,7 +398,7 @@ impl Keeper for Shards {
         Shards::renew(self, lease).await
     }
 
-    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
-        Shards::release(self, names, token, outcome).await
+    async fn release(&self, lease: &Lease, outcome: Outcome, failed: &Failed<'_>) -> Tallies {
+        self.release_held(lease, outcome, failed).await
     }
 }
