@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::fan::owner_decided;
-use super::{Engine, Lease, Tally, timing};
+use super::{Engine, Tally, timing};
 use crate::store::{ErrorKind, Outcome, StoreError, StoreResult};
 
 /// Told of each release try that left the outcome open: a store's error, and how long the
@@ -23,24 +23,12 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 impl Engine {
-    /// Release a held lease (`release_within` until its deadline).
-    pub async fn release_held(
-        &self,
-        lease: &Lease,
-        outcome: Outcome,
-        failed: &Failed<'_>,
-    ) -> Tally {
-        let req = &lease.req;
-        self.release_within(&req.names, &req.token, outcome, lease.deadline, failed)
-            .await
-    }
-
     /// Owner-checked release on every store (also those where the lease was not granted: a
     /// queued entry or a grant whose answer was lost is cleaned up too), recording
     /// `outcome`. While no majority has decided it and `until` (the lease's deadline) has
     /// not passed, the stores that gave no answer are asked again; `failed` hears of each
     /// try that left it open. With `until` passed, one try.
-    pub(super) async fn release_within(
+    pub async fn release_within(
         &self,
         names: &[String],
         token: &str,

@@ -35,12 +35,14 @@ pub trait Keeper: Send + Sync + 'static {
     /// say it is gone.
     fn renew(&self, lease: &mut Lease) -> impl Future<Output = Result<(), EngineError>> + Send;
 
-    /// Owner-checked release of `lease`, recording how the job ended; the stores that give
-    /// no answer are asked again until its deadline (`Engine::release_held`).
+    /// Owner-checked release of `names` held under `token`, recording how the job ended;
+    /// the stores that give no answer are asked again until `until` (`Engine::release_within`).
     fn release(
         &self,
-        lease: &Lease,
+        names: &[String],
+        token: &str,
         outcome: Outcome,
+        until: Instant,
         failed: &Failed<'_>,
     ) -> impl Future<Output = Self::Released> + Send;
 }
@@ -52,8 +54,16 @@ impl Keeper for Engine {
         Engine::renew(self, lease).await
     }
 
-    async fn release(&self, lease: &Lease, outcome: Outcome, failed: &Failed<'_>) -> Tally {
-        self.release_held(lease, outcome, failed).await
+    async fn release(
+        &self,
+        names: &[String],
+        token: &str,
+        outcome: Outcome,
+        until: Instant,
+        failed: &Failed<'_>,
+    ) -> Tally {
+        self.release_within(names, token, outcome, until, failed)
+            .await
     }
 }
 
@@ -198,11 +208,7 @@ impl<K: Keeper> Session<K> {
         if std::mem::replace(&mut self.released, true) {
             return None;
         }
-        // Asked again until the deadline the renewals reached.
-        let lease = Lease {
-            deadline: self.health().deadline,
-            ..self.lease.clone()
-        };
+        let until = self.health().deadline;
         let req = &self.lease.req;
         let fences: Vec<u64> = self.lease.grants.iter().map(|g| g.fence).collect();
         let events = &self.events;
@@ -216,7 +222,10 @@ impl<K: Keeper> Session<K> {
                 ),
             )
         };
-        Some(self.keeper.release(&lease, outcome, &failed).await)
+        let released = self
+            .keeper
+            .release(&req.names, &req.token, outcome, until, &failed);
+        Some(released.await)
     }
 }
 

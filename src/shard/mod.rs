@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use futures_util::future::{join_all, select_all};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::engine::{Budget, Engine, EngineError, Failed, Halt, Keeper, Lease, Session, Tally};
 use crate::events::Events;
@@ -263,35 +264,30 @@ impl Shards {
         r
     }
 
-    /// Owner-checked release on every shard `names` live on, recording `outcome`.
+    /// Owner-checked release on every shard `names` live on, recording `outcome`: one try.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
-        if self.shards.len() == 1 {
-            let tally = self.shards[0].engine.release(names, token, outcome).await;
-            return Tallies(vec![(0, tally)]);
-        }
-        let groups = self.groups(names);
-        let each = groups
-            .iter()
-            .map(|(i, g)| self.shards[*i].engine.release(g, token, outcome));
-        Tallies::of(&groups, join_all(each).await)
+        self.release_within(names, token, outcome, Instant::now(), &|_, _| {})
+            .await
     }
 
-    /// Release a held lease on every shard it spans, each asking its stores that give no
-    /// answer again until the lease's deadline (`Engine::release_held`).
-    pub async fn release_held(
+    /// `release`, each shard asking its stores that give no answer again until `until`
+    /// (`Engine::release_within`).
+    pub async fn release_within(
         &self,
-        lease: &Lease,
+        names: &[String],
+        token: &str,
         outcome: Outcome,
+        until: Instant,
         failed: &Failed<'_>,
     ) -> Tallies {
         let groups = match self.shards.len() {
-            1 => vec![(0, lease.req.names.clone())],
-            _ => self.groups(&lease.req.names),
+            1 => vec![(0, names.to_vec())],
+            _ => self.groups(names),
         };
-        let parts = split(lease, groups.clone());
-        let each = parts
-            .iter()
-            .map(|(i, part)| self.shards[*i].engine.release_held(part, outcome, failed));
+        let each = groups.iter().map(|(i, g)| {
+            let engine = &self.shards[*i].engine;
+            engine.release_within(g, token, outcome, until, failed)
+        });
         Tallies::of(&groups, join_all(each).await)
     }
 
@@ -398,7 +394,15 @@ impl Keeper for Shards {
         Shards::renew(self, lease).await
     }
 
-    async fn release(&self, lease: &Lease, outcome: Outcome, failed: &Failed<'_>) -> Tallies {
-        self.release_held(lease, outcome, failed).await
+    async fn release(
+        &self,
+        names: &[String],
+        token: &str,
+        outcome: Outcome,
+        until: Instant,
+        failed: &Failed<'_>,
+    ) -> Tallies {
+        self.release_within(names, token, outcome, until, failed)
+            .await
     }
 }
