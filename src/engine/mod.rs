@@ -14,7 +14,6 @@ mod free;
 mod late;
 mod open;
 mod reach;
-mod release;
 mod reopen;
 pub mod session;
 mod take;
@@ -36,7 +35,6 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
-pub use release::Failed;
 pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
 pub use wait::{Budget, Halt};
@@ -249,11 +247,13 @@ impl Engine {
         self.tally(self.fan_out_owner(|s| s.renew(names, token, ttl)).await)
     }
 
-    /// Owner-checked release on every store, one try (see `release_within`): from a
-    /// process that does not hold the `Lease` (`unlock`), or to withdraw.
+    /// Owner-checked release on every store (also those where the lease was not granted: a
+    /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
-        self.release_within(names, token, outcome, Instant::now(), &|_, _| {})
-            .await
+        self.tally(
+            self.fan_out_owner(|s| s.release(names, token, outcome))
+                .await,
+        )
     }
 
     pub async fn force_release(&self, names: &[String]) -> Tally {

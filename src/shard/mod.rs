@@ -21,9 +21,8 @@ use std::sync::Arc;
 
 use futures_util::future::{join_all, select_all};
 use tokio::sync::watch;
-use tokio::time::Instant;
 
-use crate::engine::{Budget, Engine, EngineError, Failed, Halt, Keeper, Lease, Session, Tally};
+use crate::engine::{Budget, Engine, EngineError, Halt, Keeper, Lease, Session, Tally};
 use crate::events::Events;
 use crate::store::url::StoreUrl;
 use crate::store::{Acquire, Outcome, StoreError};
@@ -264,30 +263,16 @@ impl Shards {
         r
     }
 
-    /// Owner-checked release on every shard `names` live on, recording `outcome`: one try.
+    /// Owner-checked release on every shard `names` live on, recording `outcome`.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
-        self.release_within(names, token, outcome, Instant::now(), &|_, _| {})
-            .await
-    }
-
-    /// `release`, each shard asking its stores that give no answer again until `until`
-    /// (`Engine::release_within`).
-    pub async fn release_within(
-        &self,
-        names: &[String],
-        token: &str,
-        outcome: Outcome,
-        until: Instant,
-        failed: &Failed<'_>,
-    ) -> Tallies {
-        let groups = match self.shards.len() {
-            1 => vec![(0, names.to_vec())],
-            _ => self.groups(names),
-        };
-        let each = groups.iter().map(|(i, g)| {
-            let engine = &self.shards[*i].engine;
-            engine.release_within(g, token, outcome, until, failed)
-        });
+        if self.shards.len() == 1 {
+            let tally = self.shards[0].engine.release(names, token, outcome).await;
+            return Tallies(vec![(0, tally)]);
+        }
+        let groups = self.groups(names);
+        let each = groups
+            .iter()
+            .map(|(i, g)| self.shards[*i].engine.release(g, token, outcome));
         Tallies::of(&groups, join_all(each).await)
     }
 
@@ -394,15 +379,7 @@ impl Keeper for Shards {
         Shards::renew(self, lease).await
     }
 
-    async fn release(
-        &self,
-        names: &[String],
-        token: &str,
-        outcome: Outcome,
-        until: Instant,
-        failed: &Failed<'_>,
-    ) -> Tallies {
-        self.release_within(names, token, outcome, until, failed)
-            .await
+    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
+        Shards::release(self, names, token, outcome).await
     }
 }
