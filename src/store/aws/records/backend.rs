@@ -214,10 +214,11 @@ impl<O: Objects> Backend for Records<O> {
             // only with what the rules decided (a grant), never by a busy look.
             let mut after = rows.clone();
             if create {
+                // The rules' own floor (`Rows::floor`): the next grant passes it.
                 let clock = late.max(crate::store::wall_ms()).max(0) as u64;
                 let floor = crate::store::fence_floor(clock * 1000) as i64;
                 for r in &mut rows {
-                    r.fence = r.fence.max(floor - 1);
+                    r.floor = r.floor.max(floor - 1);
                 }
             }
             let decision = decide(early, &mut rows);
