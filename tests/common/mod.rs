@@ -329,12 +329,46 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
             return Some(s);
         }
         if start.elapsed() > limit {
+            // What it was doing, for the failure's report (a hang under load is otherwise
+            // only "did not finish").
+            eprintln!(
+                "{} did not end within {limit:?}:\n{}",
+                child.id(),
+                tree_report(child.id())
+            );
             let _ = child.kill();
             let _ = child.wait();
             return None;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// `pid` and its descendants, one line each: pid, state, what the kernel waits on (per
+/// thread for `pid` itself) and the command line.
+fn tree_report(pid: u32) -> String {
+    let line = |p: u32| {
+        let read = |f: &str| std::fs::read_to_string(format!("/proc/{p}/{f}")).unwrap_or_default();
+        let cmd = read("cmdline").replace('\0', " ");
+        let waits: Vec<String> = std::fs::read_dir(format!("/proc/{p}/task"))
+            .map(|d| {
+                d.flatten()
+                    .map(|t| {
+                        let w = t.path().join("wchan");
+                        std::fs::read_to_string(w).unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        format!("  {p} {:?} [{}] {}", state(p), waits.join(","), cmd.trim())
+    };
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        out.push(line(p));
+        todo.extend(children_of(p));
+    }
+    out.join("\n")
 }
 
 pub fn code(o: &Output) -> i32 {
