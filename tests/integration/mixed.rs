@@ -7,6 +7,7 @@
 use std::process::Child;
 use std::time::Duration;
 
+use crate::common::dynamodb::DynamoServer;
 use crate::common::etcd::EtcdServer;
 use crate::common::mysql::MariaDb;
 use crate::common::nats::NatsServer;
@@ -15,8 +16,9 @@ use crate::common::redis::RedisServer;
 use crate::common::zk::ZkServer;
 use crate::common::*;
 
-/// How a store writes a multi-name grant: in one atomic operation, or name by name (NATS KV
-/// writes one record per name, each with its expected revision).
+/// How a store writes a multi-name grant: in one atomic operation (DynamoDB's is one
+/// TransactWriteItems), or name by name (NATS KV writes one record per name, each with its
+/// expected revision).
 #[derive(Clone, Copy, PartialEq)]
 enum Grant {
     Atomic,
@@ -275,6 +277,18 @@ fn mixed_multilock_on_mariadb() {
 fn mixed_multilock_on_nats() {
     let server = NatsServer::start();
     mixed_multilock_granted(&Env::with_stores(vec![server.url()]), Grant::NameByName);
+}
+
+/// DynamoDB writes a multi-name grant as one TransactWriteItems: all or none, even killed.
+/// (Its waiters poll and keep no row, so the readers' test, which watches the writer queue,
+/// does not apply.)
+#[test]
+fn mixed_multilock_on_dynamodb() {
+    let server = DynamoServer::start();
+    let env = Env::with_stores(vec![server.url()]);
+    opposite_pairs_finish(&env);
+    never_partly_held_after_a_kill(&env, Grant::Atomic);
+    the_child_learns_each_fence(&env);
 }
 
 /// A quorum mixing NATS with Redis: each grant is a majority of two kinds of store.

@@ -1,11 +1,13 @@
 //! The DynamoDB store on a real DynamoDB Local: a fast client clock, a restart mid-wait, a
-//! deleted item, a missing table or one with the wrong key, secrets in messages, doctor.
+//! deleted item, a multi-name grant killed mid-way, a missing table or one with the wrong key,
+//! secrets in messages, doctor.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::common::dynamodb::{DynamoServer, TABLE};
-use crate::common::{Env, assert_code, output_within, shared, stderr, stdout};
+use crate::common::proxy::{Mode, Proxy};
+use crate::common::{Env, assert_code, output_within, shared, signal, stderr, stdout, wait_for};
 use crate::store_s3::{
     fast_waiters_take_nothing, fence_of, fence_rises_past_a_delete, missing_is_78_until_created,
     secrets_never_shown, waiter_served_across_restart,
@@ -62,6 +64,54 @@ fn a_release_keeps_the_item_and_its_counter() {
     assert_eq!(v["previous"], "released", "{v}");
     let o = env.run(&["--json", "lock", "kept"]);
     assert!(fence_of(&o) > kept);
+}
+
+/// A multi-name grant is one atomic request (TransactWriteItems): a dlock SIGKILLed while its
+/// grant is on the way leaves all of its names held or none, never some. The grant goes
+/// through a proxy that delays every chunk by two seconds, and dlock is killed as soon as
+/// either name shows held: written name by name, the first name would be committed two delays
+/// before the second was even sent, and stay held alone until its ttl.
+#[test]
+fn a_killed_multi_name_grant_leaves_all_of_its_names_or_none() {
+    let direct = env();
+    let port = server().split("127.0.0.1:").nth(1).unwrap();
+    let port: u16 = port[..port
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(port.len())]
+        .parse()
+        .unwrap();
+    let proxy = Proxy::to_port(port);
+    proxy.set(Mode::Delay(Duration::from_secs(2)));
+    let slow = server().replace(&format!("127.0.0.1:{port}"), &proxy.addr());
+    let slow = Env::with_stores(vec![slow]);
+    let (a, b) = ("atomic-a", "atomic-b");
+    let mut c = slow.spawn(&[
+        "--store-timeout",
+        "30s",
+        "multilock",
+        a,
+        b,
+        "--ttl",
+        "2m",
+        "--",
+        "sleep",
+        "120",
+    ]);
+    let seen = wait_for(Duration::from_secs(60), || direct.held(a) || direct.held(b));
+    signal(c.id(), libc::SIGKILL);
+    let _ = c.wait();
+    assert!(seen, "the grant never reached the table");
+    let owners = |name: &str| -> Vec<String> {
+        let st = direct.inspect(name);
+        let holders = st["holders"].as_array().unwrap();
+        holders
+            .iter()
+            .map(|h| h["owner"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (oa, ob) = (owners(a), owners(b));
+    assert_eq!(oa.len(), 1, "{a}: {oa:?}");
+    assert_eq!(oa, ob, "a killed grant left {a} and {b} partly held");
 }
 
 /// A missing table is 78 naming `?create=1`; with it, the table is made and used.

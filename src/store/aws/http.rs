@@ -143,6 +143,15 @@ impl Client {
         Ok(sender)
     }
 
+    /// Dial a connection and keep it for the next request: a store's open proves that the
+    /// endpoint takes connections without a request of its own, and the first request does
+    /// not wait for the handshake.
+    pub async fn connect(&self) -> StoreResult<()> {
+        let sender = self.dial().await?;
+        self.idle.lock().unwrap().push(sender);
+        Ok(())
+    }
+
     /// An idle connection that is still open, if any.
     fn take_idle(&self) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap();

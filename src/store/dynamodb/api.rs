@@ -1,5 +1,6 @@
 //! The few DynamoDB requests the store makes (JSON over one signed POST each), and what their
-//! answers mean to dlock: GetItem and conditional PutItem of one item, a Scan of keys, and the
+//! answers mean to dlock: GetItem and conditional PutItem of one item, TransactWriteItems of
+//! several (a multi-name grant, renewal or release: all or none), a Scan of keys, and the
 //! table's description and creation.
 //!
 //! An item is `pk` (the record's key), `rec` (the record's JSON body) and `rv`, a random
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::store::aws::records::{Cond, Object, Objects};
+use crate::store::aws::records::{Cond, Object, Objects, Put};
 use crate::store::aws::{self, Response, Service};
 use crate::store::{Health, HealthQuery, StoreError, StoreResult};
 
@@ -20,6 +21,9 @@ use crate::store::{Health, HealthQuery, StoreError, StoreResult};
 pub struct Table {
     pub svc: Service,
     pub name: String,
+    /// `?create=1`: a request that finds the table missing creates it (once) and is sent again.
+    pub create: bool,
+    pub created: tokio::sync::OnceCell<()>,
 }
 
 /// What a missing table's error says, after its name.
@@ -44,14 +48,29 @@ pub fn error_type(body: &[u8]) -> (String, String) {
 }
 
 impl Table {
-    /// One request: `action` (`GetItem`, ...) with its JSON body.
+    /// One request: `action` (`GetItem`, ...) with its JSON body. The table is not looked up
+    /// before use (a DescribeTable per command would be one more round trip on every one): a
+    /// missing table answers ResourceNotFoundException, a table with another key a
+    /// ValidationException (`failure` turns both into 78), and with `?create=1` the missing
+    /// table is created and the request sent again.
     async fn call(&self, action: &str, body: Value) -> StoreResult<(Response, Value)> {
+        let (r, v) = self.send(action, &body).await?;
+        if !(self.create && r.status == 400) || error_type(&r.body).0 != "ResourceNotFoundException"
+        {
+            return Ok((r, v));
+        }
+        self.created.get_or_try_init(|| self.create()).await?;
+        self.send(action, &body).await
+    }
+
+    /// One request as it is, whatever the table's state.
+    async fn send(&self, action: &str, body: &Value) -> StoreResult<(Response, Value)> {
         let target = format!("DynamoDB_20120810.{action}");
         let extra = [
             ("content-type", "application/x-amz-json-1.0"),
             ("x-amz-target", target.as_str()),
         ];
-        let body = Bytes::from(serde_json::to_vec(&body).expect("a request serializes"));
+        let body = Bytes::from(serde_json::to_vec(body).expect("a request serializes"));
         let r = self.svc.send("POST", "/", "", &extra, body).await?;
         let v = match r.status {
             200 => serde_json::from_slice(&r.body).map_err(|e| {
@@ -65,7 +84,7 @@ impl Table {
     /// The table's description: `None` where it does not exist.
     pub async fn describe(&self) -> StoreResult<Option<Value>> {
         let (r, v) = self
-            .call("DescribeTable", json!({"TableName": self.name}))
+            .send("DescribeTable", &json!({"TableName": self.name}))
             .await?;
         match (r.status, error_type(&r.body).0.as_str()) {
             (200, _) => Ok(Some(v["Table"].clone())),
@@ -83,7 +102,7 @@ impl Table {
             "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
             "BillingMode": "PAY_PER_REQUEST",
         });
-        let (r, _) = self.call("CreateTable", request).await?;
+        let (r, _) = self.send("CreateTable", &request).await?;
         match (r.status, error_type(&r.body).0.as_str()) {
             (200, _) | (400, "ResourceInUseException") => {}
             _ => return Err(self.failure(&r)),
@@ -103,6 +122,24 @@ impl Table {
         )))
     }
 
+    /// A PutItem of `body` at `key` on condition `cond`, and the new version it writes.
+    fn put_request(&self, key: &str, body: Vec<u8>, cond: Cond<'_>) -> (Value, String) {
+        let rv = crate::names::new_token();
+        let rec = String::from_utf8(body).expect("records are JSON text");
+        let mut request = json!({
+            "TableName": self.name,
+            "Item": {"pk": {"S": key}, "rec": {"S": rec}, "rv": {"S": rv}},
+        });
+        match cond {
+            Cond::Absent => request["ConditionExpression"] = json!("attribute_not_exists(pk)"),
+            Cond::Match(seen) => {
+                request["ConditionExpression"] = json!("rv = :rv");
+                request["ExpressionAttributeValues"] = json!({":rv": {"S": seen}});
+            }
+        }
+        (request, rv)
+    }
+
     /// What an answer dlock did not expect means, as the exit codes tell it.
     pub fn failure(&self, r: &Response) -> StoreError {
         let (kind, message) = error_type(&r.body);
@@ -110,6 +147,16 @@ impl Table {
         let table = &self.name;
         match kind.as_str() {
             "ResourceNotFoundException" => StoreError::config(format!("table {table} {MISSING}")),
+            // A key that does not fit the table's: `pk` is not its (only) key, or not a string.
+            "ValidationException"
+                if message.contains("key element does not match the schema")
+                    || message.contains("conditions on the keys")
+                    || message.contains("Type mismatch for key") =>
+            {
+                StoreError::config(format!(
+                    "table {table} does not have {SCHEMA}: dlock cannot use it"
+                ))
+            }
             "InvalidSignatureException" if message.contains("expired") => StoreError::config(
                 "DynamoDB refused the request: this host's clock is too far from AWS's \
                  (the signature expired); set the clock right",
@@ -134,6 +181,29 @@ impl Table {
             _ => StoreError::protocol(format!("DynamoDB answered {said}")),
         }
     }
+}
+
+/// Whether a `TransactionCanceledException` was caused by other writers only: its reasons
+/// (`CancellationReasons`, or the list its message ends with) are failed conditions,
+/// conflicts and items that were fine (`None`), with at least one of the first two.
+pub fn cancelled_by_conflict(body: &[u8]) -> bool {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let mut codes: Vec<String> = match v["CancellationReasons"].as_array() {
+        Some(reasons) => reasons
+            .iter()
+            .map(|r| r["Code"].as_str().unwrap_or("").to_string())
+            .collect(),
+        None => Vec::new(),
+    };
+    if codes.is_empty() {
+        let message = error_type(body).1;
+        if let Some((_, list)) = message.rsplit_once('[') {
+            let list = list.trim_end_matches(']');
+            codes = list.split(',').map(|c| c.trim().to_string()).collect();
+        }
+    }
+    let conflict = |c: &str| matches!(c, "ConditionalCheckFailed" | "TransactionConflict");
+    codes.iter().any(|c| conflict(c)) && codes.iter().all(|c| conflict(c) || c == "None")
 }
 
 /// A string attribute of an item.
@@ -173,23 +243,35 @@ impl Objects for Table {
     /// `ConditionalCheckFailedException` (the version moved on) and `TransactionConflict`
     /// (a transaction holds the item) are both "not written, read again", never success.
     async fn put(&self, key: &str, body: Vec<u8>, cond: Cond<'_>) -> StoreResult<Option<String>> {
-        let rv = crate::names::new_token();
-        let rec = String::from_utf8(body).expect("records are JSON text");
-        let mut request = json!({
-            "TableName": self.name,
-            "Item": {"pk": {"S": key}, "rec": {"S": rec}, "rv": {"S": rv}},
-        });
-        match cond {
-            Cond::Absent => request["ConditionExpression"] = json!("attribute_not_exists(pk)"),
-            Cond::Match(seen) => {
-                request["ConditionExpression"] = json!("rv = :rv");
-                request["ExpressionAttributeValues"] = json!({":rv": {"S": seen}});
-            }
-        }
+        let (request, rv) = self.put_request(key, body, cond);
         let (r, _) = self.call("PutItem", request).await?;
         match (r.status, error_type(&r.body).0.as_str()) {
             (200, _) => Ok(Some(rv)),
             (400, "ConditionalCheckFailedException" | "TransactionConflictException") => Ok(None),
+            _ => Err(self.failure(&r)),
+        }
+    }
+
+    /// TransactWriteItems' limit on the items of one request.
+    fn atomic_limit(&self) -> usize {
+        100
+    }
+
+    /// One TransactWriteItems of conditional Puts: all written or none. A cancellation whose
+    /// reasons are only failed conditions and conflicts is "none written, read again", never
+    /// success.
+    async fn put_all(&self, puts: Vec<Put<'_>>) -> StoreResult<bool> {
+        let items: Vec<Value> = puts
+            .into_iter()
+            .map(|p| json!({"Put": self.put_request(&p.key, p.body, p.cond).0}))
+            .collect();
+        let (r, _) = self
+            .call("TransactWriteItems", json!({"TransactItems": items}))
+            .await?;
+        match (r.status, error_type(&r.body).0.as_str()) {
+            (200, _) => Ok(true),
+            (400, "TransactionCanceledException") if cancelled_by_conflict(&r.body) => Ok(false),
+            (400, "TransactionConflictException") => Ok(false),
             _ => Err(self.failure(&r)),
         }
     }
@@ -271,5 +353,22 @@ mod tests {
         let number = json!({"KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
             "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "N"}]});
         assert!(!super::schema_fits(&number));
+    }
+
+    #[test]
+    fn a_transaction_cancelled_by_other_writers_is_a_conflict() {
+        // DynamoDB Local's answer to a TransactWriteItems whose second condition failed.
+        let lost = br#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","CancellationReasons":[{"Code":"None"},{"Code":"ConditionalCheckFailed","Message":"The conditional request failed"}],"Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, ConditionalCheckFailed]"}"#;
+        assert!(super::cancelled_by_conflict(lost));
+        // Without the reasons' list, the message's.
+        let bare = br#"{"__type":"TransactionCanceledException","message":"Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None]"}"#;
+        assert!(super::cancelled_by_conflict(bare));
+        // Throttling or a bad item is no conflict: an error, never "read again" forever.
+        let throttled = br#"{"__type":"TransactionCanceledException","CancellationReasons":[{"Code":"ThrottlingError"},{"Code":"ConditionalCheckFailed"}]}"#;
+        assert!(!super::cancelled_by_conflict(throttled));
+        let none =
+            br#"{"__type":"TransactionCanceledException","CancellationReasons":[{"Code":"None"}]}"#;
+        assert!(!super::cancelled_by_conflict(none));
+        assert!(!super::cancelled_by_conflict(b""));
     }
 }

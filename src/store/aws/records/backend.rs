@@ -1,15 +1,16 @@
 //! The records' transaction (`record::Backend::transact`): read each name's record with its
 //! version and the server's `Date`, decide by the shared rules (`record::rules`), and write each
 //! changed record back on condition that its version is still the one read (or that it is still
-//! absent). A lost race on the first write reads again; one on a later name undoes the names
-//! already written.
+//! absent). Several changed records go as one atomic request where the store has one
+//! (DynamoDB); elsewhere a lost race on the first write reads again, and one on a later name
+//! undoes the names already written.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
 
-use super::{Cond, Object, Objects, record};
+use super::{Cond, Object, Objects, Put, record};
 use crate::store::record::rules::{Rows, Write};
 use crate::store::record::{Backend, Decide};
 use crate::store::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
@@ -71,24 +72,29 @@ impl<O: Objects> Records<O> {
         Ok((reads, early, late))
     }
 
-    /// Write the changed records in name order. `Ok(false)`: a record had changed since it
-    /// was read; those already written are put back as they were.
+    /// Write the changed records: in one atomic request where there are several and the store
+    /// has one for them (`Objects::put_all`), else in name order. `Ok(false)`: a record had
+    /// changed since it was read; none of this attempt's writes stand.
     async fn write(&self, reads: &[Read], after: &[Rows], writer: &str) -> StoreResult<bool> {
+        let changed: Vec<usize> = (0..reads.len())
+            .filter(|&i| changes(&reads[i], &after[i]))
+            .collect();
+        if changed.len() > 1 && changed.len() <= self.objects.atomic_limit() {
+            let puts = changed
+                .iter()
+                .map(|&i| Put {
+                    key: self.lock_key(&after[i].name),
+                    body: record::encode(&after[i], writer),
+                    cond: cond(&reads[i]),
+                })
+                .collect();
+            return self.objects.put_all(puts).await;
+        }
         let mut done: Vec<(usize, String)> = Vec::new();
-        for (i, (read, new)) in reads.iter().zip(after).enumerate() {
-            if read.version.is_some() && record::same(&read.rows, new) {
-                continue;
-            }
-            if read.version.is_none() && record::same(&Rows::default(), &anonymous(new)) {
-                continue;
-            }
-            let cond = read.version.as_deref().map_or(Cond::Absent, Cond::Match);
-            let key = self.lock_key(&new.name);
-            match self
-                .objects
-                .put(&key, record::encode(new, writer), cond)
-                .await?
-            {
+        for i in changed {
+            let key = self.lock_key(&after[i].name);
+            let body = record::encode(&after[i], writer);
+            match self.objects.put(&key, body, cond(&reads[i])).await? {
                 Some(version) => done.push((i, version)),
                 None => {
                     self.undo(reads, &done, writer).await?;
@@ -127,6 +133,19 @@ impl<O: Objects> Records<O> {
         }
         Ok(())
     }
+}
+
+/// Whether `after` differs from the record as read (an absent one reads as empty).
+fn changes(read: &Read, after: &Rows) -> bool {
+    match read.version {
+        Some(_) => !record::same(&read.rows, after),
+        None => !record::same(&Rows::default(), &anonymous(after)),
+    }
+}
+
+/// The condition to write a record back on: still the version read, or still absent.
+fn cond(read: &Read) -> Cond<'_> {
+    read.version.as_deref().map_or(Cond::Absent, Cond::Match)
 }
 
 /// A name's rows without its name (to compare with an empty record).

@@ -7,7 +7,11 @@
 //! (`record::rules`), so the grant rule exists once. A transaction (`backend`) reads each record
 //! with its version, decides, and writes each changed record only if its version is still the
 //! one read: the store's conditional write makes each grant one atomic step per name; a lost
-//! race (any refused condition) is "not granted, read again", never success.
+//! race (any refused condition) is "not granted, read again", never success. Where the store
+//! can write several records in one atomic request (DynamoDB's TransactWriteItems), a
+//! multi-name grant, renewal or release is that one request, all or nothing even if this
+//! process dies mid-way; elsewhere (S3) it is written name by name, and a grant that loses a
+//! later name takes back the names it wrote.
 //!
 //! **Fences never go back.** A release writes a free record and never deletes it, so its
 //! counter survives; and a grant lifts the counter to `fence_floor` of the server's clock (or
@@ -66,6 +70,13 @@ pub enum Cond<'a> {
     Match(&'a str),
 }
 
+/// One record of an atomic multi-record write (`Objects::put_all`).
+pub struct Put<'a> {
+    pub key: String,
+    pub body: Vec<u8>,
+    pub cond: Cond<'a>,
+}
+
 /// What a store of versioned records offers the transaction.
 #[async_trait]
 pub trait Objects: Send + Sync + 'static {
@@ -74,6 +85,19 @@ pub trait Objects: Send + Sync + 'static {
     /// Write `body` at `key` if `cond` holds: `Ok(Some(version))` written, `Ok(None)` the
     /// condition failed (or the store refused it as a conflict): read again.
     async fn put(&self, key: &str, body: Vec<u8>, cond: Cond<'_>) -> StoreResult<Option<String>>;
+    /// How many records `put_all` writes in one atomic request (DynamoDB's
+    /// TransactWriteItems: 100); 1, the default, where the store has no such request (S3).
+    fn atomic_limit(&self) -> usize {
+        1
+    }
+    /// Write every one of `puts` if every condition holds, in one atomic request: `Ok(true)`
+    /// all written, `Ok(false)` none written (a condition failed or the store refused it as a
+    /// conflict): read again. Only called with 2 to `atomic_limit` records.
+    async fn put_all(&self, _puts: Vec<Put<'_>>) -> StoreResult<bool> {
+        Err(crate::store::StoreError::protocol(
+            "this store has no atomic write of several records",
+        ))
+    }
     /// Every key that starts with `prefix`.
     async fn list(&self, prefix: &str) -> StoreResult<Vec<String>>;
     /// `dlock doctor`'s findings; `probe` is a key to read (present or not).
