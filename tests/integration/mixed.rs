@@ -15,23 +15,11 @@ use crate::common::redis::RedisServer;
 use crate::common::zk::ZkServer;
 use crate::common::*;
 
-/// How a store writes a multi-name grant: in one atomic operation, or name by name (NATS KV
-/// writes one record per name, each with its expected revision).
-#[derive(Clone, Copy, PartialEq)]
-enum Grant {
-    Atomic,
-    NameByName,
-}
-
 /// Everything here, on one store.
 fn mixed_multilock(env: &Env) {
-    mixed_multilock_granted(env, Grant::Atomic)
-}
-
-fn mixed_multilock_granted(env: &Env, grant: Grant) {
     opposite_pairs_finish(env);
     readers_share_while_the_writer_waits(env);
-    never_partly_held_after_a_kill(env, grant);
+    never_partly_held_after_a_kill(env);
     the_child_learns_each_fence(env);
 }
 
@@ -128,10 +116,9 @@ fn readers_share_while_the_writer_waits(env: &Env) {
 
 /// A mixed multilock SIGKILLed at some moment of its acquire (while it connects, sends its
 /// grant, or waits queued behind a writer) holds either all of its names or none, as
-/// `inspect` shows each name; and once its lease has run out, both are free. On a store that
-/// writes a grant name by name, a kill between two writes may leave the first name held: by
-/// nobody alive, and only until the lease's ttl (checked below as on every store).
-fn never_partly_held_after_a_kill(env: &Env, grant: Grant) {
+/// `inspect` shows each name; and once its lease has run out, both are free. (NATS writes a
+/// grant's records as one atomic batch: store_nats_batch kills it between two of them.)
+fn never_partly_held_after_a_kill(env: &Env) {
     let blocker = stdout(&env.run(&["lock", "k-w-blocked", "--ttl", "60s"]));
     for round in 0..16u64 {
         let (w, r) = match round % 2 {
@@ -181,7 +168,7 @@ fn never_partly_held_after_a_kill(env: &Env, grant: Grant) {
             // It never got past the blocker, so it holds nothing, not even the free name.
             assert!(ow.is_empty(), "round {round}: {w} held without {r}: {ow:?}");
             assert_eq!(or, [dlock::names::owner_id(&blocker)], "round {round}: {r}");
-        } else if grant == Grant::Atomic {
+        } else {
             assert_eq!(ow, or, "round {round}: {w} and {r} partly held");
         }
     }
@@ -274,7 +261,7 @@ fn mixed_multilock_on_mariadb() {
 #[test]
 fn mixed_multilock_on_nats() {
     let server = NatsServer::start();
-    mixed_multilock_granted(&Env::with_stores(vec![server.url()]), Grant::NameByName);
+    mixed_multilock(&Env::with_stores(vec![server.url()]));
 }
 
 /// A quorum mixing NATS with Redis: each grant is a majority of two kinds of store.
@@ -286,7 +273,7 @@ fn mixed_multilock_on_a_quorum_of_nats_and_redis() {
         RedisServer::start(),
     );
     let env = Env::with_stores(vec![a.url(), redis.url(), b.url()]);
-    mixed_multilock_granted(&env, Grant::NameByName);
+    mixed_multilock(&env);
 }
 
 /// Across Redis Cluster slots and over a quorum the grant is not one operation: canonical

@@ -30,12 +30,13 @@
 //! **Waiting** is a watch (`wake`): a release rings one waiter's key, an expiry shows as the
 //! server's marker on a holder key.
 //!
-//! **Several names** (`multilock`) are several records: each is written in name order, and
-//! a grant whose later write loses deletes the holder keys it wrote, so the records it
-//! already wrote name a dead holder (the others drop it). Until then those names look held
-//! to others (they wait: safe); the grant itself is never given, so no one enters with part
-//! of its names. This is not one atomic write, unlike the other stores' multi-name grants:
-//! it is safe, and under contention on several names a waiter may wait a little more.
+//! **Several names** (`multilock`) are several records, written with the lease keys as one
+//! atomic batch (`allow_atomic`, NATS 2.12: all of it or nothing, every message with its
+//! expected revision), so a grant killed at any moment holds all its names or none, as on
+//! the other stores. On a bucket without atomic batches each record is written in name
+//! order, and a grant whose later write loses deletes the holder keys it wrote, so the
+//! records it already wrote name a dead holder (the others drop it): safe, but a dlock killed
+//! between two writes leaves those names held until its ttl.
 
 mod bucket;
 mod doctor;
@@ -102,11 +103,7 @@ impl Nats {
         let js = setup::context(client, timeout);
         let kv = setup::ensure(&js, &options.bucket, options.create).await?;
         Ok(RecordStore::new(Nats {
-            bucket: Mutex::new(Arc::new(Bucket {
-                js,
-                kv,
-                name: options.bucket,
-            })),
+            bucket: Mutex::new(Arc::new(Bucket::new(js, kv, options.bucket))),
             keys: Keys::new(namespace),
             create: options.create,
             desc: url.to_string(),
@@ -121,11 +118,7 @@ impl Nats {
     async fn recreate(&self) -> StoreResult<()> {
         let b = self.bucket();
         let kv = setup::ensure(&b.js, &b.name, true).await?;
-        *self.bucket.lock().unwrap() = Arc::new(Bucket {
-            js: b.js.clone(),
-            kv,
-            name: b.name.clone(),
-        });
+        *self.bucket.lock().unwrap() = Arc::new(Bucket::new(b.js.clone(), kv, b.name.clone()));
         Ok(())
     }
 

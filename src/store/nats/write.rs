@@ -1,12 +1,13 @@
 //! How a decision of the rules is written: the lease keys first, then each changed record
-//! with the revision it was read at, in name order, then what only tidies up or rings.
+//! with the revision it was read at, in name order (all in one atomic batch where the bucket
+//! takes them), then what only tidies up or rings.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::bucket::{Bucket, Wrote};
+use super::bucket::{Bucket, Msg, Wrote};
 use super::record::Record;
 use super::{Loaded, Nats, Step, setup, wake};
 use crate::store::StoreResult;
@@ -24,9 +25,22 @@ struct Lease {
     was_live: bool,
 }
 
+impl Lease {
+    fn msg(&self) -> Msg {
+        Msg::put(
+            self.key.clone(),
+            self.value.clone(),
+            self.expect,
+            Some(self.ttl),
+        )
+    }
+}
+
 impl Nats {
     /// The writes of a decision: lease keys first, then the records in name order, then
     /// what only tidies up or rings (a lost one of those costs a waiter a look, no more).
+    /// On a bucket that takes atomic batches the lease keys and the records are one batch:
+    /// a grant of several names is all written or not at all, whenever its writer dies.
     pub(super) async fn apply(
         &self,
         b: &Bucket,
@@ -36,25 +50,51 @@ impl Nats {
         now: i64,
         writes: &[Write],
     ) -> StoreResult<Step> {
-        let at = |name: &str| {
-            names
-                .iter()
-                .position(|n| n == name)
-                .expect("a name of the op")
-        };
+        let (leases, renewed) = self.leases(names, loaded, now, writes);
+        let records = self.records(names, loaded, rows);
+        if b.atomic && leases.len() + records.len() > 1 {
+            let msgs = leases.iter().map(Lease::msg).chain(records).collect();
+            if b.batch(msgs).await? == Wrote::Conflict {
+                return Ok(Step::Again);
+            }
+        } else {
+            let wrote = join_all(leases.iter().map(|l| b.send(l.msg()))).await;
+            if first_conflict(wrote)? || !write_records(b, records, &leases).await? {
+                return Ok(Step::Again);
+            }
+        }
+        for (name, token) in renewed {
+            let i = at(names, name);
+            if !self.still_names(b, name, loaded[i].rev, token).await? {
+                return Ok(Step::Again);
+            }
+        }
+        self.tidy(b, loaded, names, writes).await;
+        Ok(Step::Done)
+    }
+
+    /// The keys a decision writes before the records, and the holders it renews (a key
+    /// that was live: their record must still name them once written).
+    fn leases<'w>(
+        &self,
+        names: &[String],
+        loaded: &[Loaded],
+        now: i64,
+        writes: &'w [Write],
+    ) -> (Vec<Lease>, Vec<(&'w str, &'w str)>) {
         let ttl = |expires: i64| Duration::from_millis((expires - now).max(1) as u64);
-        let mut leases = Vec::new();
+        let mut leases: Vec<Lease> = Vec::new();
         let mut renewed = Vec::new();
         for w in writes {
             match w {
                 Write::PutHolder { name, row } => {
-                    let l = &loaded[at(name)];
+                    let l = &loaded[at(names, name)];
                     // A holder the record names is written only over the key it read (a
                     // renewal never brings a lease back); a new one unconditionally.
                     let expect = l.holders.get(&row.token).map(|g| g.rev);
                     let was_live = l.holders.get(&row.token).is_some_and(|g| g.live);
                     if was_live {
-                        renewed.push((name, &row.token));
+                        renewed.push((name.as_str(), row.token.as_str()));
                     }
                     leases.push(Lease {
                         key: self.keys.holder(name, &row.token),
@@ -81,28 +121,22 @@ impl Nats {
                 _ => {}
             }
         }
-        let wrote = join_all(
-            leases
-                .iter()
-                .map(|l| b.put(&l.key, l.value.clone(), l.expect, Some(l.ttl))),
-        )
-        .await;
-        if first_conflict(wrote)? {
-            return Ok(Step::Again);
-        }
-        if !self.write_records(b, names, loaded, rows, &leases).await? {
-            return Ok(Step::Again);
-        }
-        for (name, token) in renewed {
-            if !self
-                .still_names(b, name, loaded[at(name)].rev, token)
-                .await?
-            {
-                return Ok(Step::Again);
+        (leases, renewed)
+    }
+
+    /// The writes of the records the decision changed, in name order, each over the
+    /// revision it was read at.
+    fn records(&self, names: &[String], loaded: &[Loaded], rows: &[Rows]) -> Vec<Msg> {
+        let mut msgs = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            let after = Record::of(r);
+            if after != loaded[i].record {
+                let body = Bytes::from(serde_json::to_vec(&after).expect("json"));
+                let key = self.keys.record(&names[i]);
+                msgs.push(Msg::put(key, body, Some(loaded[i].rev), None));
             }
         }
-        self.tidy(b, loaded, names, writes).await;
-        Ok(Step::Done)
+        msgs
     }
 
     /// Whether the record of `name` still names `token` as a holder (a renewal's last check:
@@ -122,60 +156,17 @@ impl Nats {
         Ok(got.live && record.holders.iter().any(|h| h.token == token))
     }
 
-    /// Write every changed record with the revision it was read at, in name order. False if
-    /// one lost to another writer: the holder keys this grant wrote are deleted then, so the
-    /// records it did write name a dead holder, and no key the records do not name lingers
-    /// until its expiry (whose marker would wake the waiters for nothing).
-    async fn write_records(
-        &self,
-        b: &Bucket,
-        names: &[String],
-        loaded: &[Loaded],
-        rows: &[Rows],
-        leases: &[Lease],
-    ) -> StoreResult<bool> {
-        let mut wrote_any = false;
-        for (i, r) in rows.iter().enumerate() {
-            let after = Record::of(r);
-            if after == loaded[i].record {
-                continue;
-            }
-            let body = Bytes::from(serde_json::to_vec(&after).expect("json"));
-            let key = self.keys.record(&names[i]);
-            match b.put(&key, body, Some(loaded[i].rev), None).await? {
-                Wrote::Done(_) => wrote_any = true,
-                Wrote::Conflict => {
-                    // A holder key that was live before is this token's own lease (a grant
-                    // tried again): it stays, unless a partial grant must die. Any other
-                    // would be a lease no grant gave, live if a record names its token.
-                    let undo = leases
-                        .iter()
-                        .filter(|l| l.holder && (wrote_any || !l.was_live));
-                    let gone = undo.map(|l| b.delete(&l.key, setup::MARKER_TTL));
-                    for r in join_all(gone).await {
-                        r?;
-                    }
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
-    }
-
     /// After the records: delete the keys of holders and waiters that left, ring the
     /// waiters the rules woke. Failures are only a waiter's later look.
     async fn tidy(&self, b: &Bucket, loaded: &[Loaded], names: &[String], writes: &[Write]) {
-        let at = |name: &str| {
-            names
-                .iter()
-                .position(|n| n == name)
-                .expect("a name of the op")
-        };
         let mut calls = Vec::new();
         for w in writes {
             match w {
                 Write::DeleteHolder { name, token } => {
-                    let live = loaded[at(name)].holders.get(token).is_some_and(|g| g.live);
+                    let live = loaded[at(names, name)]
+                        .holders
+                        .get(token)
+                        .is_some_and(|g| g.live);
                     if live {
                         calls.push(b.after(self.keys.holder(name, token), false));
                     }
@@ -191,6 +182,41 @@ impl Nats {
         }
         join_all(calls).await;
     }
+}
+
+/// Write the records one by one, in name order (a bucket without atomic batches). False if
+/// one lost to another writer: the holder keys this grant wrote are deleted then, so the
+/// records it did write name a dead holder, and no key the records do not name lingers
+/// until its expiry (whose marker would wake the waiters for nothing).
+async fn write_records(b: &Bucket, records: Vec<Msg>, leases: &[Lease]) -> StoreResult<bool> {
+    let mut wrote_any = false;
+    for m in records {
+        match b.send(m).await? {
+            Wrote::Done(_) => wrote_any = true,
+            Wrote::Conflict => {
+                // A holder key that was live before is this token's own lease (a grant
+                // tried again): it stays, unless a partial grant must die. Any other
+                // would be a lease no grant gave, live if a record names its token.
+                let undo = leases
+                    .iter()
+                    .filter(|l| l.holder && (wrote_any || !l.was_live));
+                let gone = undo.map(|l| b.delete(&l.key, setup::MARKER_TTL));
+                for r in join_all(gone).await {
+                    r?;
+                }
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Where `name` is among the operation's names.
+fn at(names: &[String], name: &str) -> usize {
+    names
+        .iter()
+        .position(|n| n == name)
+        .expect("a name of the op")
 }
 
 /// Whether any of the writes lost to another writer; the first error otherwise.
