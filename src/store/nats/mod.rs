@@ -22,8 +22,9 @@
 //! (`NS.w.TOKEN`) live the same way on a 2 s TTL. The times the rules see are this host's
 //! estimate of what each key has left, used for `inspect` and a waiter's next look only.
 //!
-//! **Fences** are the record's counter, floored (when a grant reads it) at the server's
-//! timestamp of the record's last write (`fence_floor`): a record deleted, a bucket deleted
+//! **Fences** are the record's counter, floored (when a grant reads it, through the rules'
+//! `Rows::floor`) at the server's timestamp of the record's last write (`fence_floor`): the
+//! next grant passes it even when the record says less. A record deleted, a bucket deleted
 //! and created again or a server come back empty starts above every fence it handed out
 //! before. `inspect` shows the counter itself: the last fence handed out.
 //!
@@ -80,6 +81,8 @@ struct Loaded {
     rev: u64,
     /// Whether there is a record (not a delete or nothing).
     present: bool,
+    /// A fence the next grant must pass (`Rows::floor`): the clock floor, when it may grant.
+    floor: i64,
     record: Record,
     holders: HashMap<String, Got>,
     waiters: HashMap<String, Got>,
@@ -127,7 +130,7 @@ impl Nats {
     /// others see the last fence handed out, as `inspect` must show it.
     async fn load(&self, b: &Bucket, name: &str, floor: bool) -> StoreResult<Loaded> {
         let got = b.get(&self.keys.record(name)).await?;
-        let (mut record, present) = if got.live {
+        let (record, present) = if got.live {
             let r = serde_json::from_slice::<Record>(&got.value).map_err(|e| {
                 StoreError::protocol(format!("the record of {name:?} is not dlock's: {e}"))
             })?;
@@ -135,11 +138,12 @@ impl Nats {
         } else {
             (Record::empty(), false)
         };
-        if present && floor {
-            // The floor by the server's clock at the record's last write: see the module doc.
-            let floor = i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX);
-            record.fence = record.fence.max(floor);
-        }
+        // The floor by the server's clock at the record's last write (see the module doc),
+        // for the rules to pass (`Rows::floor`): the record keeps the last fence handed out.
+        let floor = match present && floor {
+            true => i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX),
+            false => 0,
+        };
         let keys = |entries: &[record::Entry], key: &dyn Fn(&str) -> String| {
             let tokens: Vec<String> = entries.iter().map(|e| e.token.clone()).collect();
             let gets = tokens
@@ -160,6 +164,7 @@ impl Nats {
         Ok(Loaded {
             rev: got.rev,
             present,
+            floor,
             record,
             holders: zip(ht, hg)?,
             waiters: zip(wt, wg)?,
@@ -194,8 +199,13 @@ impl Nats {
             .zip(&loaded)
             .map(|(n, l)| {
                 let left = |m: &HashMap<String, Got>, t: &str| m.get(t).and_then(Got::left_ms);
-                l.record
-                    .rows(n, now, |t| left(&l.holders, t), |t| left(&l.waiters, t))
+                let rows = l
+                    .record
+                    .rows(n, now, |t| left(&l.holders, t), |t| left(&l.waiters, t));
+                Rows {
+                    floor: l.floor,
+                    ..rows
+                }
             })
             .collect();
         let decision = decide(now, &mut rows);
