@@ -58,7 +58,7 @@ pub struct Bucket {
     pub kv: kv::Store,
     pub name: String,
     /// The stream takes atomic batches (`allow_atomic`, NATS 2.12): a decision that writes
-    /// several keys is then one batch, all of it or nothing.
+    /// several records is then one batch, all of it or nothing.
     pub atomic: bool,
 }
 
@@ -179,6 +179,9 @@ impl Bucket {
         let Some(mut commit) = msgs.pop() else {
             return Ok(Wrote::Done(0));
         };
+        if msgs.is_empty() {
+            return self.send(commit).await;
+        }
         let id = format!("{:032x}", crate::sys::random_u128());
         let client = self.js.client();
         let mut seq = 0;
@@ -225,15 +228,12 @@ impl Bucket {
         self.get(&key).await
     }
 
-    /// After the records are written: delete a key that left, or ring a waiter's (`ring`).
-    /// A failure is only a waiter's later look, so it is not reported.
-    pub async fn after(&self, key: String, ring: bool) {
-        let _ = if ring {
-            let bell = Bytes::from_static(super::wake::RING);
-            self.put(&key, bell, None, Some(super::WAITER_TTL)).await
-        } else {
-            self.delete(&key, super::setup::MARKER_TTL).await
-        };
+    /// `known` if given (read already), else `get`.
+    pub async fn get_unless(&self, key: String, known: Option<Got>) -> StoreResult<Got> {
+        match known {
+            Some(got) => Ok(got),
+            None => self.get(&key).await,
+        }
     }
 
     /// The keys under a subject filter (relative to the bucket) that have messages.

@@ -39,8 +39,9 @@ impl Lease {
 impl Nats {
     /// The writes of a decision: lease keys first, then the records in name order, then
     /// what only tidies up or rings (a lost one of those costs a waiter a look, no more).
-    /// On a bucket that takes atomic batches the lease keys and the records are one batch:
-    /// a grant of several names is all written or not at all, whenever its writer dies.
+    /// On a bucket that takes atomic batches, a decision that writes several records is one
+    /// batch: a grant of several names is all written or not at all, whenever its writer
+    /// dies.
     pub(super) async fn apply(
         &self,
         b: &Bucket,
@@ -52,9 +53,14 @@ impl Nats {
     ) -> StoreResult<Step> {
         let (leases, renewed) = self.leases(names, loaded, now, writes);
         let records = self.records(names, loaded, rows);
-        if b.atomic && leases.len() + records.len() > 1 {
-            let msgs = leases.iter().map(Lease::msg).chain(records).collect();
-            if b.batch(msgs).await? == Wrote::Conflict {
+        let tidy = self.tidying(loaded, names, writes);
+        if b.atomic && records.len() > 1 {
+            // The tidying too, after the records. Only for several records: a batch costs
+            // the server far more than a few plain writes (tens of ms against tenths on a
+            // busy host: it waits for the batch and syncs it to disk), and one record
+            // needs no batch to be all or nothing.
+            let msgs = leases.iter().map(Lease::msg).chain(records).chain(tidy);
+            if b.batch(msgs.collect()).await? == Wrote::Conflict {
                 return Ok(Step::Again);
             }
         } else {
@@ -62,6 +68,8 @@ impl Nats {
             if first_conflict(wrote)? || !write_records(b, records, &leases).await? {
                 return Ok(Step::Again);
             }
+            // A lost one costs a waiter a look, no more.
+            join_all(tidy.into_iter().map(|m| b.send(m))).await;
         }
         for (name, token) in renewed {
             let i = at(names, name);
@@ -69,7 +77,6 @@ impl Nats {
                 return Ok(Step::Again);
             }
         }
-        self.tidy(b, loaded, names, writes).await;
         Ok(Step::Done)
     }
 
@@ -156,10 +163,11 @@ impl Nats {
         Ok(got.live && record.holders.iter().any(|h| h.token == token))
     }
 
-    /// After the records: delete the keys of holders and waiters that left, ring the
-    /// waiters the rules woke. Failures are only a waiter's later look.
-    async fn tidy(&self, b: &Bucket, loaded: &[Loaded], names: &[String], writes: &[Write]) {
-        let mut calls = Vec::new();
+    /// What comes after the records: delete the keys of holders and waiters that left, ring
+    /// the waiters the rules woke. Only a waiter's later look depends on them.
+    fn tidying(&self, loaded: &[Loaded], names: &[String], writes: &[Write]) -> Vec<Msg> {
+        let mut msgs = Vec::new();
+        let gone = |key: String| Msg::delete(key, setup::MARKER_TTL);
         for w in writes {
             match w {
                 Write::DeleteHolder { name, token } => {
@@ -168,19 +176,19 @@ impl Nats {
                         .get(token)
                         .is_some_and(|g| g.live);
                     if live {
-                        calls.push(b.after(self.keys.holder(name, token), false));
+                        msgs.push(gone(self.keys.holder(name, token)));
                     }
                 }
-                Write::DeleteWaiter { token, .. } => {
-                    calls.push(b.after(self.keys.waiter(token), false));
-                }
+                Write::DeleteWaiter { token, .. } => msgs.push(gone(self.keys.waiter(token))),
                 Write::Wake { token, .. } => {
-                    calls.push(b.after(self.keys.waiter(token), true));
+                    let bell = Bytes::from_static(wake::RING);
+                    let key = self.keys.waiter(token);
+                    msgs.push(Msg::put(key, bell, None, Some(super::WAITER_TTL)));
                 }
                 _ => {}
             }
         }
-        join_all(calls).await;
+        msgs
     }
 }
 
