@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::context::{Context, PublishError, PublishErrorKind};
+use async_nats::jetstream::context::{Context, PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::kv;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use bytes::Bytes;
@@ -206,15 +206,27 @@ impl Bucket {
 
     /// Write one message; Conflict when its expected sequence is not the key's last.
     pub async fn send(&self, m: Msg) -> StoreResult<Wrote> {
+        let sent = self.submit(m).await?;
+        self.acked(sent).await
+    }
+
+    /// Hand a message to the connection, its answer to come: the server writes the messages
+    /// of one connection in the order they were handed over, whether or not the answer to
+    /// one was awaited before the next went out.
+    pub async fn submit(&self, m: Msg) -> StoreResult<PublishAckFuture> {
         let sent = self
             .js
             .publish_with_headers(self.subject(&m.key), m.headers, m.value)
             .await;
-        let ack = match sent {
-            Ok(ack) => ack.await,
-            Err(e) => Err(e),
-        };
-        match ack {
+        match sent {
+            Ok(ack) => Ok(ack),
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
+    /// The answer to a message handed over by `submit`.
+    pub async fn acked(&self, sent: PublishAckFuture) -> StoreResult<Wrote> {
+        match sent.await {
             Ok(a) => Ok(Wrote::Done(a.sequence)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(Wrote::Conflict),
             Err(e) if batch_dropped(&e) => Ok(Wrote::Conflict),
