@@ -53,6 +53,7 @@ mod store_dynamodb;
 mod store_etcd;
 mod store_life;
 mod store_nats;
+mod store_nats_batch;
 mod store_redis;
 mod store_redis_cluster;
 mod store_s3;

@@ -16,13 +16,12 @@ use crate::common::redis::RedisServer;
 use crate::common::zk::ZkServer;
 use crate::common::*;
 
-/// How a store writes a multi-name grant: in one atomic operation (DynamoDB's is one
-/// TransactWriteItems), or name by name (NATS KV writes one record per name, each with its
-/// expected revision).
+/// How a multi-name grant is written: in one atomic operation (DynamoDB's TransactWriteItems,
+/// NATS's atomic batch), or in parts (a quorum asks its stores one after the other).
 #[derive(Clone, Copy, PartialEq)]
 enum Grant {
     Atomic,
-    NameByName,
+    InParts,
 }
 
 /// Everything here, on one store.
@@ -130,9 +129,11 @@ fn readers_share_while_the_writer_waits(env: &Env) {
 
 /// A mixed multilock SIGKILLed at some moment of its acquire (while it connects, sends its
 /// grant, or waits queued behind a writer) holds either all of its names or none, as
-/// `inspect` shows each name; and once its lease has run out, both are free. On a store that
-/// writes a grant name by name, a kill between two writes may leave the first name held: by
-/// nobody alive, and only until the lease's ttl (checked below as on every store).
+/// `inspect` shows each name; and once its lease has run out, both are free. A grant written
+/// in parts (a quorum's stores one after the other) may leave one part held by a kill between
+/// two writes: by nobody alive, and only until the lease's ttl (checked below as on every
+/// store). NATS writes a grant's records as one atomic batch: store_nats_batch kills it
+/// between two of them.
 fn never_partly_held_after_a_kill(env: &Env, grant: Grant) {
     let blocker = stdout(&env.run(&["lock", "k-w-blocked", "--ttl", "60s"]));
     for round in 0..16u64 {
@@ -276,7 +277,7 @@ fn mixed_multilock_on_mariadb() {
 #[test]
 fn mixed_multilock_on_nats() {
     let server = NatsServer::start();
-    mixed_multilock_granted(&Env::with_stores(vec![server.url()]), Grant::NameByName);
+    mixed_multilock(&Env::with_stores(vec![server.url()]));
 }
 
 /// DynamoDB writes a multi-name grant as one TransactWriteItems: all or none, even killed.
@@ -300,7 +301,7 @@ fn mixed_multilock_on_a_quorum_of_nats_and_redis() {
         RedisServer::start(),
     );
     let env = Env::with_stores(vec![a.url(), redis.url(), b.url()]);
-    mixed_multilock_granted(&env, Grant::NameByName);
+    mixed_multilock_granted(&env, Grant::InParts);
 }
 
 /// Across Redis Cluster slots and over a quorum the grant is not one operation: canonical

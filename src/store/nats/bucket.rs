@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::context::{Context, PublishErrorKind};
+use async_nats::jetstream::context::{Context, PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::kv;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use bytes::Bytes;
@@ -57,6 +57,47 @@ pub struct Bucket {
     pub js: Context,
     pub kv: kv::Store,
     pub name: String,
+    /// The stream takes atomic batches (`allow_atomic`, NATS 2.12): a decision that writes
+    /// several records is then one batch, all of it or nothing.
+    pub atomic: bool,
+}
+
+/// One write of a batch: a key, its value and its headers (what `put` or `delete` would send).
+pub struct Msg {
+    pub key: String,
+    pub value: Bytes,
+    pub headers: HeaderMap,
+}
+
+impl Msg {
+    /// A write of `value`, only over the key's last sequence `expect` when given, with a
+    /// `Nats-TTL` when given.
+    pub fn put(key: String, value: Bytes, expect: Option<u64>, ttl: Option<Duration>) -> Msg {
+        let mut headers = HeaderMap::new();
+        if let Some(seq) = expect {
+            headers.insert("Nats-Expected-Last-Subject-Sequence", seq.to_string());
+        }
+        if let Some(ttl) = ttl {
+            headers.insert("Nats-TTL", ttl_header(ttl));
+        }
+        Msg {
+            key,
+            value,
+            headers,
+        }
+    }
+
+    /// A delete (a tombstone that itself expires after `ttl`, so nothing is left behind).
+    pub fn delete(key: String, ttl: Duration) -> Msg {
+        let mut headers = HeaderMap::new();
+        headers.insert("KV-Operation", "DEL");
+        headers.insert("Nats-TTL", ttl_header(ttl));
+        Msg {
+            key,
+            value: Bytes::new(),
+            headers,
+        }
+    }
 }
 
 /// `Nats-TTL` for a lease of `ttl`: whole seconds, rounded up (the server's expiry must come
@@ -67,6 +108,16 @@ pub fn ttl_header(ttl: Duration) -> String {
 }
 
 impl Bucket {
+    pub fn new(js: Context, kv: kv::Store, name: String) -> Bucket {
+        let atomic = kv.stream.cached_info().config.allow_atomic_publish;
+        Bucket {
+            js,
+            kv,
+            name,
+            atomic,
+        }
+    }
+
     fn subject(&self, key: &str) -> String {
         format!("$KV.{}.{key}", self.name)
     }
@@ -106,38 +157,79 @@ impl Bucket {
         expect: Option<u64>,
         ttl: Option<Duration>,
     ) -> StoreResult<Wrote> {
-        let mut h = HeaderMap::new();
-        if let Some(seq) = expect {
-            h.insert("Nats-Expected-Last-Subject-Sequence", seq.to_string());
-        }
-        if let Some(ttl) = ttl {
-            h.insert("Nats-TTL", ttl_header(ttl));
-        }
-        self.publish(key, h, value).await
+        self.send(Msg::put(key.to_string(), value, expect, ttl))
+            .await
     }
 
     /// Delete `key` (a tombstone that itself expires after `ttl`, so nothing is left behind).
     /// A waiter's watch sees a delete, which it tells apart from the server's marker of an
     /// expiry.
     pub async fn delete(&self, key: &str, ttl: Duration) -> StoreResult<Wrote> {
-        let mut h = HeaderMap::new();
-        h.insert("KV-Operation", "DEL");
-        h.insert("Nats-TTL", ttl_header(ttl));
-        self.publish(key, h, Bytes::new()).await
+        self.send(Msg::delete(key.to_string(), ttl)).await
     }
 
-    async fn publish(&self, key: &str, h: HeaderMap, value: Bytes) -> StoreResult<Wrote> {
+    /// Write the messages as one atomic batch (in this order, all of them or none): Conflict
+    /// when any expected sequence is not its key's last. Needs `atomic`.
+    ///
+    /// Only the commit asks for an answer: the messages before it go out on the same
+    /// connection, so the whole batch costs one round trip. A batch the server dropped (its
+    /// first messages lost to a reconnect, too many batches open at once) wrote nothing
+    /// either: read again, as after a conflict.
+    pub async fn batch(&self, mut msgs: Vec<Msg>) -> StoreResult<Wrote> {
+        let Some(mut commit) = msgs.pop() else {
+            return Ok(Wrote::Done(0));
+        };
+        if msgs.is_empty() {
+            return self.send(commit).await;
+        }
+        let id = format!("{:032x}", crate::sys::random_u128());
+        let client = self.js.client();
+        let mut seq = 0;
+        for mut m in msgs {
+            seq += 1;
+            m.headers.insert("Nats-Batch-Id", id.as_str());
+            m.headers.insert("Nats-Batch-Sequence", seq.to_string());
+            let sent = client
+                .publish_with_headers(self.subject(&m.key), m.headers, m.value)
+                .await;
+            if let Err(e) = sent {
+                return Err(StoreError::unavailable(format!("NATS did not answer: {e}")));
+            }
+        }
+        commit.headers.insert("Nats-Batch-Id", id.as_str());
+        commit
+            .headers
+            .insert("Nats-Batch-Sequence", (seq + 1).to_string());
+        commit.headers.insert("Nats-Batch-Commit", "1");
+        self.send(commit).await
+    }
+
+    /// Write one message; Conflict when its expected sequence is not the key's last.
+    pub async fn send(&self, m: Msg) -> StoreResult<Wrote> {
+        let sent = self.submit(m).await?;
+        self.acked(sent).await
+    }
+
+    /// Hand a message to the connection, its answer to come: the server writes the messages
+    /// of one connection in the order they were handed over, whether or not the answer to
+    /// one was awaited before the next went out.
+    pub async fn submit(&self, m: Msg) -> StoreResult<PublishAckFuture> {
         let sent = self
             .js
-            .publish_with_headers(self.subject(key), h, value)
+            .publish_with_headers(self.subject(&m.key), m.headers, m.value)
             .await;
-        let ack = match sent {
-            Ok(ack) => ack.await,
-            Err(e) => Err(e),
-        };
-        match ack {
+        match sent {
+            Ok(ack) => Ok(ack),
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
+    /// The answer to a message handed over by `submit`.
+    pub async fn acked(&self, sent: PublishAckFuture) -> StoreResult<Wrote> {
+        match sent.await {
             Ok(a) => Ok(Wrote::Done(a.sequence)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(Wrote::Conflict),
+            Err(e) if batch_dropped(&e) => Ok(Wrote::Conflict),
             Err(e) if e.kind() == PublishErrorKind::StreamNotFound => Err(self.gone()),
             Err(e) => Err(self.failed(e).await),
         }
@@ -148,15 +240,12 @@ impl Bucket {
         self.get(&key).await
     }
 
-    /// After the records are written: delete a key that left, or ring a waiter's (`ring`).
-    /// A failure is only a waiter's later look, so it is not reported.
-    pub async fn after(&self, key: String, ring: bool) {
-        let _ = if ring {
-            let bell = Bytes::from_static(super::wake::RING);
-            self.put(&key, bell, None, Some(super::WAITER_TTL)).await
-        } else {
-            self.delete(&key, super::setup::MARKER_TTL).await
-        };
+    /// `known` if given (read already), else `get`.
+    pub async fn get_unless(&self, key: String, known: Option<Got>) -> StoreResult<Got> {
+        match known {
+            Some(got) => Ok(got),
+            None => self.get(&key).await,
+        }
     }
 
     /// The keys under a subject filter (relative to the bucket) that have messages.
@@ -213,6 +302,23 @@ impl Bucket {
             .await
             .map(|c| c.is_some())
     }
+}
+
+/// The server dropped an atomic batch without writing any of it: it lost its first
+/// messages (10176), or too many batches were open on the stream (10210, 50 by default; a
+/// killed client's batch stays open until the server's batch timeout).
+fn batch_dropped(e: &PublishError) -> bool {
+    use async_nats::jetstream::{Error, ErrorCode};
+    let code = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<Error>())
+        .map(Error::error_code);
+    matches!(
+        code,
+        Some(
+            ErrorCode::ATOMIC_PUBLISH_INCOMPLETE_BATCH
+                | ErrorCode::ATOMIC_PUBLISH_TOO_MANY_INFLIGHT
+        )
+    )
 }
 
 /// A `Nats-TTL` as the server writes it: a Go duration ("1s", "1m30s") or whole seconds.

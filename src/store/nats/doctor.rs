@@ -19,12 +19,24 @@ pub async fn health(b: &Bucket, keys: &Keys, q: HealthQuery) -> StoreResult<Heal
         return Err(b.gone());
     };
     let bucket = match setup::lacks(&c) {
-        None => Finding::new(
+        None if c.allow_atomic_publish => Finding::new(
             "bucket",
             Severity::Ok,
             format!(
                 "KV bucket {:?}: per-message TTL and delete markers on: the server expires \
-                 leases and waiters see it",
+                 leases and waiters see it; atomic batches on: a grant of several names is \
+                 one write",
+                b.name
+            ),
+        ),
+        None => Finding::new(
+            "bucket",
+            Severity::Note,
+            format!(
+                "KV bucket {:?}: per-message TTL and delete markers on, atomic batches \
+                 (allow_atomic, NATS 2.12+) off: a grant of several names is written name by \
+                 name, and a dlock killed between two writes leaves the first names held \
+                 until its ttl; ?create=1 switches them on",
                 b.name
             ),
         ),

@@ -22,20 +22,22 @@
 //! (`NS.w.TOKEN`) live the same way on a 2 s TTL. The times the rules see are this host's
 //! estimate of what each key has left, used for `inspect` and a waiter's next look only.
 //!
-//! **Fences** are the record's counter, floored (when a grant reads it) at the server's
-//! timestamp of the record's last write (`fence_floor`): a record deleted, a bucket deleted
+//! **Fences** are the record's counter, floored (when a grant reads it, through the rules'
+//! `Rows::floor`) at the server's timestamp of the record's last write (`fence_floor`): the
+//! next grant passes it even when the record says less. A record deleted, a bucket deleted
 //! and created again or a server come back empty starts above every fence it handed out
 //! before. `inspect` shows the counter itself: the last fence handed out.
 //!
 //! **Waiting** is a watch (`wake`): a release rings one waiter's key, an expiry shows as the
 //! server's marker on a holder key.
 //!
-//! **Several names** (`multilock`) are several records: each is written in name order, and
-//! a grant whose later write loses deletes the holder keys it wrote, so the records it
-//! already wrote name a dead holder (the others drop it). Until then those names look held
-//! to others (they wait: safe); the grant itself is never given, so no one enters with part
-//! of its names. This is not one atomic write, unlike the other stores' multi-name grants:
-//! it is safe, and under contention on several names a waiter may wait a little more.
+//! **Several names** (`multilock`) are several records, written with the lease keys as one
+//! atomic batch (`allow_atomic`, NATS 2.12: all of it or nothing, every message with its
+//! expected revision), so a grant killed at any moment holds all its names or none, as on
+//! the other stores. On a bucket without atomic batches each record is written in name
+//! order, and a grant whose later write loses deletes the holder keys it wrote, so the
+//! records it already wrote name a dead holder (the others drop it): safe, but a dlock killed
+//! between two writes leaves those names held until its ttl.
 
 mod bucket;
 mod doctor;
@@ -71,6 +73,10 @@ pub struct Nats {
     keys: Keys,
     create: bool,
     desc: String,
+    /// For each name, the holder and waiter keys its record named after this process last
+    /// wrote it: the next operation on it (a release after a grant) reads them beside the
+    /// record instead of after it, one round trip less.
+    seen: Mutex<HashMap<String, Vec<String>>>,
 }
 
 /// One name as an operation read it.
@@ -79,6 +85,8 @@ struct Loaded {
     rev: u64,
     /// Whether there is a record (not a delete or nothing).
     present: bool,
+    /// A fence the next grant must pass (`Rows::floor`): the clock floor, when it may grant.
+    floor: i64,
     record: Record,
     holders: HashMap<String, Got>,
     waiters: HashMap<String, Got>,
@@ -102,14 +110,11 @@ impl Nats {
         let js = setup::context(client, timeout);
         let kv = setup::ensure(&js, &options.bucket, options.create).await?;
         Ok(RecordStore::new(Nats {
-            bucket: Mutex::new(Arc::new(Bucket {
-                js,
-                kv,
-                name: options.bucket,
-            })),
+            bucket: Mutex::new(Arc::new(Bucket::new(js, kv, options.bucket))),
             keys: Keys::new(namespace),
             create: options.create,
             desc: url.to_string(),
+            seen: Mutex::default(),
         }))
     }
 
@@ -121,11 +126,7 @@ impl Nats {
     async fn recreate(&self) -> StoreResult<()> {
         let b = self.bucket();
         let kv = setup::ensure(&b.js, &b.name, true).await?;
-        *self.bucket.lock().unwrap() = Arc::new(Bucket {
-            js: b.js.clone(),
-            kv,
-            name: b.name.clone(),
-        });
+        *self.bucket.lock().unwrap() = Arc::new(Bucket::new(b.js.clone(), kv, b.name.clone()));
         Ok(())
     }
 
@@ -133,8 +134,22 @@ impl Nats {
     /// operation that may grant), its fence counter is read floored (see the module doc); the
     /// others see the last fence handed out, as `inspect` must show it.
     async fn load(&self, b: &Bucket, name: &str, floor: bool) -> StoreResult<Loaded> {
-        let got = b.get(&self.keys.record(name)).await?;
-        let (mut record, present) = if got.live {
+        let guess = self.seen.lock().unwrap().get(name).cloned();
+        let guess = guess.unwrap_or_default();
+        let early = join_all(guess.iter().map(|k| b.get_owned(k.clone())));
+        let key = self.keys.record(name);
+        let (got, early) = tokio::join!(b.get(&key), early);
+        let got = got?;
+        // A key read beside the record, before it, is taken only if it was live: a holder's
+        // key is written before the record that names it, so one read live before the
+        // record was live when the record was read, or has expired since (a renewal over
+        // it then loses). One read gone may be a grant's key not written yet: read again.
+        let early: HashMap<String, Got> = guess
+            .into_iter()
+            .zip(early)
+            .filter_map(|(k, g)| g.ok().filter(|g| g.live).map(|g| (k, g)))
+            .collect();
+        let (record, present) = if got.live {
             let r = serde_json::from_slice::<Record>(&got.value).map_err(|e| {
                 StoreError::protocol(format!("the record of {name:?} is not dlock's: {e}"))
             })?;
@@ -142,16 +157,17 @@ impl Nats {
         } else {
             (Record::empty(), false)
         };
-        if present && floor {
-            // The floor by the server's clock at the record's last write: see the module doc.
-            let floor = i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX);
-            record.fence = record.fence.max(floor);
-        }
+        // The floor by the server's clock at the record's last write (see the module doc),
+        // for the rules to pass (`Rows::floor`): the record keeps the last fence handed out.
+        let floor = match present && floor {
+            true => i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX),
+            false => 0,
+        };
         let keys = |entries: &[record::Entry], key: &dyn Fn(&str) -> String| {
             let tokens: Vec<String> = entries.iter().map(|e| e.token.clone()).collect();
             let gets = tokens
                 .iter()
-                .map(|t| b.get_owned(key(t)))
+                .map(|t| b.get_unless(key(t), early.get(&key(t)).cloned()))
                 .collect::<Vec<_>>();
             (tokens, join_all(gets))
         };
@@ -167,6 +183,7 @@ impl Nats {
         Ok(Loaded {
             rev: got.rev,
             present,
+            floor,
             record,
             holders: zip(ht, hg)?,
             waiters: zip(wt, wg)?,
@@ -201,13 +218,28 @@ impl Nats {
             .zip(&loaded)
             .map(|(n, l)| {
                 let left = |m: &HashMap<String, Got>, t: &str| m.get(t).and_then(Got::left_ms);
-                l.record
-                    .rows(n, now, |t| left(&l.holders, t), |t| left(&l.waiters, t))
+                let rows = l
+                    .record
+                    .rows(n, now, |t| left(&l.holders, t), |t| left(&l.waiters, t));
+                Rows {
+                    floor: l.floor,
+                    ..rows
+                }
             })
             .collect();
         let decision = decide(now, &mut rows);
-        self.apply(b, names, &loaded, &rows, now, &decision.writes)
-            .await
+        let step = self
+            .apply(b, names, &loaded, &rows, now, &decision.writes)
+            .await?;
+        if let Step::Done = step {
+            let mut seen = self.seen.lock().unwrap();
+            for (n, r) in names.iter().zip(&rows) {
+                let holders = r.holders.iter().map(|h| self.keys.holder(n, &h.token));
+                let waiters = r.waiters.iter().map(|w| self.keys.waiter(&w.token));
+                seen.insert(n.clone(), holders.chain(waiters).collect());
+            }
+        }
+        Ok(step)
     }
 }
 

@@ -3,7 +3,9 @@
 //! (`subject_delete_marker_ttl`: without them a waiter's watch never sees an expiry), and
 //! direct gets (reads of a key's last message with its headers). `?create=1` creates a
 //! missing bucket so, and switches the first two on in an existing one (NATS allows that,
-//! never the reverse); without it a bucket that lacks them is refused (78).
+//! never the reverse); without it a bucket that lacks them is refused (78). `?create=1` also
+//! switches on atomic batches (`allow_atomic`, NATS 2.12), which make a multi-name grant one
+//! write; a bucket without them still works, granting several names name by name.
 
 use std::time::Duration;
 
@@ -179,7 +181,10 @@ pub fn no_ttl(bucket: &str) -> StoreError {
 pub async fn ensure(js: &Context, bucket: &str, create: bool) -> StoreResult<kv::Store> {
     let found = stream_of(js, bucket).await?;
     let config = found.as_ref().map(|s| s.cached_info().config.clone());
-    if let Some(stream) = found.filter(|s| lacks(&s.cached_info().config).is_none()) {
+    // Taken as it is when it has what a lock needs, and atomic batches unless `?create=1`
+    // may switch them on (a bucket without them grants several names name by name).
+    let ready = |c: &stream::Config| lacks(c).is_none() && (c.allow_atomic_publish || !create);
+    if let Some(stream) = found.filter(|s| ready(&s.cached_info().config)) {
         // As `get_key_value` makes it, without asking the server again (one round trip less
         // for every process). dlock writes to `$KV.BUCKET.` itself: a mirror is no lock store.
         return Ok(kv::Store {
@@ -201,10 +206,11 @@ pub async fn ensure(js: &Context, bucket: &str, create: bool) -> StoreResult<kv:
                     ..kv::Config::default()
                 })
                 .await;
-            if let Err(e) = made {
-                // Another dlock may have created it first, as this one would have; anything
-                // else is an answer to report.
-                if stream_config(js, bucket).await?.is_none() {
+            match stream_config(js, bucket).await? {
+                // Made here, or by another dlock first, as this one would have.
+                Some(c) => switch_on(js, c, bucket).await?,
+                None => {
+                    let e = made.err().map(|e| e.to_string()).unwrap_or_default();
                     return Err(StoreError::unavailable(format!(
                         "cannot create the KV bucket: {e}"
                     )));
@@ -217,31 +223,40 @@ pub async fn ensure(js: &Context, bucket: &str, create: bool) -> StoreResult<kv:
                  to create it (with per-message TTL and delete markers)"
             )));
         }
-        Some(c) => match lacks(&c) {
-            None => {}
-            Some(what) if create => {
-                let mut c = c;
-                c.allow_message_ttl = true;
-                c.allow_direct = true;
-                c.subject_delete_marker_ttl.get_or_insert(MARKER_TTL);
-                js.update_stream(c).await.map_err(|e| {
-                    StoreError::config(format!(
-                        "the NATS KV bucket {bucket:?} lacks {what}, and switching it on \
-                         failed: {e}"
-                    ))
-                })?;
-            }
-            Some(what) => {
+        Some(c) if create => switch_on(js, c, bucket).await?,
+        Some(c) => {
+            if let Some(what) = lacks(&c) {
                 return Err(StoreError::config(format!(
                     "the NATS KV bucket {bucket:?} lacks {what}: leases would never expire or \
                      waiters never see it; add ?create=1 to the store URL to switch it on"
                 )));
             }
-        },
+        }
     }
     js.get_key_value(bucket)
         .await
         .map_err(|e| StoreError::unavailable(format!("NATS KV bucket {bucket:?}: {e}")))
+}
+
+/// Switch on in the bucket `c` what a lock needs, and atomic batches (`allow_atomic`, NATS
+/// 2.12: a multi-name grant in one batch). A server that cannot take the batches leaves
+/// them off: grants of several names then go name by name.
+async fn switch_on(js: &Context, c: stream::Config, bucket: &str) -> StoreResult<()> {
+    let lacking = lacks(&c);
+    if lacking.is_none() && c.allow_atomic_publish {
+        return Ok(());
+    }
+    let mut u = c;
+    u.allow_message_ttl = true;
+    u.allow_direct = true;
+    u.subject_delete_marker_ttl.get_or_insert(MARKER_TTL);
+    u.allow_atomic_publish = true;
+    match (js.update_stream(u).await, lacking) {
+        (Ok(_), _) | (Err(_), None) => Ok(()),
+        (Err(e), Some(what)) => Err(StoreError::config(format!(
+            "the NATS KV bucket {bucket:?} lacks {what}, and switching it on failed: {e}"
+        ))),
+    }
 }
 
 /// A JetStream context whose requests wait at most `timeout`.
