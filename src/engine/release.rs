@@ -159,8 +159,9 @@ mod tests {
 
     use super::{Bounds, MAX_ROUNDS};
     use crate::engine::down::Down;
+    use crate::engine::tests::request;
     use crate::engine::{Engine, Lease};
-    use crate::store::{Acquire, Mode, Outcome, StoreError};
+    use crate::store::{Outcome, StoreError};
     use crate::sys;
 
     /// A store that never answers, and a lease whose deadline the runtime's clock shows an
@@ -176,16 +177,8 @@ mod tests {
         };
         let e = Engine::from_stores(vec![Arc::new(down)], Duration::from_millis(100));
         let ttl = Duration::from_millis(600);
-        let req = Acquire {
-            names: vec!["job".into()],
-            token: crate::names::new_token(),
-            modes: vec![Mode::Exclusive],
-            ttl,
-            meta: "{}".into(),
-            detached: false,
-        };
         let lease = Lease {
-            req,
+            req: request(ttl),
             grants: Vec::new(),
             deadline: Instant::now() + Duration::from_secs(3600),
         };
