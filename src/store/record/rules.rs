@@ -298,7 +298,7 @@ pub fn renew(rows: &mut [Rows], now: i64, token: &str, ttl: i64) -> (Renewal, Ve
     let mut w = Writes::new();
     for r in rows.iter() {
         let ours = r.holders.iter().find(|h| h.token == token);
-        if !ours.is_some_and(|h| h.expires > now) {
+        if ours.is_none_or(|h| h.expires <= now) {
             // Every end of a lease writes `previous`, and a lease that ran out keeps its row
             // until a purge writes it: no row of ours and none written means the record was
             // lost under us.
