@@ -1,14 +1,11 @@
 //! The holder's store losing its data under it (the file store's directory deleted, Redis
-//! flushed, the name's record deleted from S3 or DynamoDB, a NATS server restarted empty) is a
-//! lost lease: a second holder may be let in at once, since the store forgot, so
-//! the first must stop its command at its next renewal (70), saying why, and not ride the
-//! failure out until its old deadline (issue 36).
+//! flushed, the name's record deleted from S3) is a lost lease: a second holder may be let in
+//! at once, since the store forgot, so the first must stop its command at its next renewal
+//! (70), saying why, and not ride the failure out until its old deadline (issue 36).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::common::dynamodb::{DynamoServer, TABLE};
-use crate::common::nats::NatsServer;
 use crate::common::redis::RedisServer;
 use crate::common::s3::{BUCKET, S3Server};
 use crate::common::*;
@@ -113,29 +110,6 @@ fn a_deleted_s3_record_is_a_lost_lease() {
     the_holder_stops_at_its_next_renewal(
         &env,
         || s3.delete(&format!("/buckets/{BUCKET}/default/lock/job")),
-        "was the store's data deleted?",
-    );
-}
-
-#[test]
-fn a_deleted_dynamodb_item_is_a_lost_lease() {
-    let dynamodb = DynamoServer::start();
-    let env = Env::with_stores(vec![dynamodb.url()]);
-    the_holder_stops_at_its_next_renewal(
-        &env,
-        || dynamodb.delete_item(TABLE, "default/lock/job"),
-        "was the store's data deleted?",
-    );
-}
-
-/// The server restarted with an empty data dir; the bucket is made again (`?create=1`).
-#[test]
-fn a_nats_server_restarted_empty_is_a_lost_lease() {
-    let mut nats = NatsServer::start();
-    let env = Env::with_stores(vec![nats.url()]);
-    the_holder_stops_at_its_next_renewal(
-        &env,
-        || nats.start_again_empty(),
         "was the store's data deleted?",
     );
 }
