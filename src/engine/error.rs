@@ -38,13 +38,7 @@ pub const NOT_WAITED: &str = "no answer since dlock started, so not waited for";
 /// config (78), then refused (77), otherwise unavailable (69); either way every failing store
 /// is named on one line.
 pub(super) fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> EngineError {
-    let has = |kind| errors.iter().any(|e| e.kind() == kind);
-    // Config before refused: a setting to change says more than a permission, and neither is
-    // worth a retry.
-    let kind = [ErrorKind::Invalid, ErrorKind::Config, ErrorKind::Refused]
-        .into_iter()
-        .find(|k| has(*k))
-        .unwrap_or(ErrorKind::Unavailable);
+    let kind = deciding_kind(&errors);
     let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let mut msg = detail.join("; ");
     if n > 1 {
@@ -54,6 +48,17 @@ pub(super) fn unreachable(errors: Vec<StoreError>, n: usize, need: usize) -> Eng
         );
     }
     one_of(errors, kind, msg)
+}
+
+/// The kind of failure that decides over several stores' errors: invalid (64), then config
+/// (78), then refused (77), otherwise unavailable (69). Config before refused: a setting to
+/// change says more than a permission, and neither is worth a retry.
+pub(super) fn deciding_kind(errors: &[StoreError]) -> ErrorKind {
+    let has = |kind| errors.iter().any(|e| e.kind() == kind);
+    [ErrorKind::Invalid, ErrorKind::Config, ErrorKind::Refused]
+        .into_iter()
+        .find(|k| has(*k))
+        .unwrap_or(ErrorKind::Unavailable)
 }
 
 /// The stores' failure of `kind`, said as `msg`: the deciding store's own error (the first of

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::error::one_of;
+use super::error::{deciding_kind, one_of};
 use super::fan::Linger;
 use super::{Engine, EngineError};
-use crate::store::{ErrorKind, Holder, LockState, Previous, StoreError, StoreResult, Waiter};
+use crate::store::{Holder, LockState, Previous, StoreError, StoreResult, Waiter};
 
 /// A holder as the quorum sees it: the owner's lease on how many stores.
 #[derive(Serialize, Clone)]
@@ -97,14 +97,11 @@ impl NameView {
     }
 }
 
-/// The error for a read that too few stores answered: refused where a store refused us
-/// (exit 77), else unavailable (69), whatever else the rest said; every failing store named.
+/// The error for a read that too few stores answered, of the kind a grant would fail with
+/// (`deciding_kind`: a missing bucket is 78 to `inspect` as to `lock`); every failing store
+/// named.
 fn unanswered(errors: Vec<StoreError>) -> EngineError {
-    let refused = errors.iter().any(|e| e.kind() == ErrorKind::Refused);
-    let kind = match refused {
-        true => ErrorKind::Refused,
-        false => ErrorKind::Unavailable,
-    };
+    let kind = deciding_kind(&errors);
     let msg: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     one_of(errors, kind, msg.join("; "))
 }

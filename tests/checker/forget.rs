@@ -1,7 +1,8 @@
 //! Stores that forget, at once and without warning: Redis servers restarted empty (one, or
 //! two in turn, back to back or spaced), the Redis Cluster master of the name restarted empty
-//! before its replica can take over (the replica then copies the empty master), and the file
-//! store's state files wiped. Nothing waits for the leases to run out first: the engine's
+//! before its replica can take over (the replica then copies the empty master), the file
+//! store's state files wiped, and a NATS server, S3 gateway or DynamoDB Local restarted
+//! without its data. Nothing waits for the leases to run out first: the engine's
 //! amnesia rule keeps a quorum safe, and fences floored at the store's clock keep rising.
 //!
 //! A single store that forgot cannot be told from a first use: the section running at the
@@ -52,6 +53,14 @@ pub(crate) fn inject(fault: Fault, setup: &mut Setup, ttl: Duration) -> String {
         Stores::Nats(n) => {
             n.start_again_empty();
             "the server restarted with its store dir emptied".to_string()
+        }
+        Stores::S3(s) => {
+            s.start_again_empty();
+            "the gateway restarted with its data dir emptied".to_string()
+        }
+        Stores::Dynamo(d) => {
+            d.start_again_empty();
+            "the server restarted without its data file".to_string()
         }
         _ => unreachable!("no forgetting fault on a durable store"),
     }

@@ -188,6 +188,19 @@ impl DynamoServer {
         self.kill();
         assert!(self.boot(), "DynamoDB Local did not come back");
     }
+
+    /// Stop, and start again on the same port without its data file (as `-inMemory` would
+    /// restart): every table and item gone; table `locks` is made again, empty.
+    pub fn start_again_empty(&mut self) {
+        self.kill();
+        for e in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "db") {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        assert!(self.boot(), "DynamoDB Local did not come back empty");
+        self.create_table(TABLE);
+    }
 }
 
 impl Drop for DynamoServer {

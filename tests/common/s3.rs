@@ -167,6 +167,14 @@ impl S3Server {
         assert!(self.boot(), "weed mini did not come back");
     }
 
+    /// Stop, and start again on the same ports with an empty data dir: every bucket and record
+    /// gone, as a gateway whose disk was lost. (Its readiness check makes bucket `locks` again.)
+    pub fn start_again_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(self.dir.path().join("weed"));
+        assert!(self.boot(), "weed mini did not come back empty");
+    }
+
     /// Delete a path of the filer (a bucket is `/buckets/NAME`), recursively, behind S3's back:
     /// a record deleted, a bucket emptied.
     pub fn delete(&self, path: &str) {

@@ -294,12 +294,21 @@ fn a_missing_bucket_is_78_and_create_makes_it() {
 /// `?create=1`; with `&create=1` it is made and used.
 pub(crate) fn missing_is_78_until_created(base: &str, name: &str) {
     let env = Env::with_stores(vec![base.to_string()]);
-    let o = env.run(&["lock", "b", "-n"]);
-    assert_code(&o, 78);
-    let err = stderr(&o);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("?create=1") && err.contains(name), "{err}");
+    missing_is_78_to_every_command(&env, name);
     let created = Env::with_stores(vec![format!("{base}&create=1")]);
     assert_code(&created.run(&["lock", "b", "-n"]), 0);
     assert_eq!(env.inspect("b")["held"], true);
+}
+
+/// Every command that reads or writes locks refuses a store whose bucket, KV bucket or table
+/// `name` is missing alike: 78, in the same one line naming `name` and `?create=1`.
+pub(crate) fn missing_is_78_to_every_command(env: &Env, name: &str) {
+    let lock = stderr(&env.run(&["lock", "b", "-n"]));
+    assert_eq!(lock.lines().count(), 1, "{lock}");
+    assert!(lock.contains("?create=1") && lock.contains(name), "{lock}");
+    for args in [&["lock", "b", "-n"][..], &["inspect", "b"], &["list"]] {
+        let o = env.run(args);
+        assert_code(&o, 78);
+        assert_eq!(stderr(&o), lock, "{args:?}");
+    }
 }

@@ -1,12 +1,13 @@
 //! The holder's store losing its data under it (the file store's directory deleted, Redis
-//! flushed) is a lost lease: a second holder may be let in at once, since the store forgot, so
-//! the first must stop its command at its next renewal (70), saying why, and not ride the
-//! failure out until its old deadline (issue 36).
+//! flushed, the name's record deleted from S3) is a lost lease: a second holder may be let in
+//! at once, since the store forgot, so the first must stop its command at its next renewal
+//! (70), saying why, and not ride the failure out until its old deadline (issue 36).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::redis::RedisServer;
+use crate::common::s3::{BUCKET, S3Server};
 use crate::common::*;
 
 const TTL: Duration = Duration::from_secs(6);
@@ -97,6 +98,18 @@ fn a_flushed_redis_is_a_lost_lease() {
     the_holder_stops_at_its_next_renewal(
         &env,
         || assert!(redis.cmd("FLUSHALL").contains("OK")),
+        "was the store's data deleted?",
+    );
+}
+
+/// The name's record (`NAMESPACE/lock/NAME`) deleted behind dlock's back.
+#[test]
+fn a_deleted_s3_record_is_a_lost_lease() {
+    let s3 = S3Server::start();
+    let env = Env::with_stores(vec![s3.url()]);
+    the_holder_stops_at_its_next_renewal(
+        &env,
+        || s3.delete(&format!("/buckets/{BUCKET}/default/lock/job")),
         "was the store's data deleted?",
     );
 }

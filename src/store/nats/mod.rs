@@ -55,7 +55,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::record::rules::Rows;
+use super::record::rules::{Rows, Rules};
 use super::record::{Backend, Decide, RecordStore};
 use super::server::ServerUrl;
 use super::{
@@ -282,6 +282,17 @@ impl Backend for Nats {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// A bucket can lose its records (deleted, a server come back with an empty data dir):
+    /// each record keeps the engine's marker, so that a quorum member that lost its holders
+    /// abstains while another remembers a live lease (`engine::amnesia`), and a renewal that
+    /// finds the record gone says the lease was forgotten. Waiters as the SQL stores'.
+    fn rules(&self) -> Rules {
+        Rules {
+            forgetful: true,
+            ..Rules::SQL
         }
     }
 

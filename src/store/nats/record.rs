@@ -18,6 +18,10 @@ pub struct Record {
     pub holders: Vec<Entry>,
     #[serde(rename = "w", default)]
     pub waiters: Vec<Entry>,
+    /// The engine's marker (`Store::mark`), in the record, so that it goes with the holders
+    /// when the bucket or the server's data does.
+    #[serde(rename = "k", default)]
+    pub marked: bool,
 }
 
 /// A holder (`n`: its fence) or a waiter (`n`: its arrival number).
@@ -68,6 +72,7 @@ impl Record {
                 .iter()
                 .map(|w| entry(&w.token, &w.mode, w.seq, &w.meta))
                 .collect(),
+            marked: r.marked,
         }
     }
 
@@ -109,6 +114,7 @@ impl Record {
                     bell: 0,
                 })
                 .collect(),
+            marked: self.marked,
             ..Rows::default()
         }
     }
@@ -136,6 +142,7 @@ mod tests {
                 n: 2,
                 meta: "{}".into(),
             }],
+            marked: true,
         };
         let rows = rec.rows("n", 1000, |_| Some(500), |_| None);
         assert_eq!(rows.holders[0].expires, 1500);

@@ -297,15 +297,13 @@ fn hold(i: usize, r: &mut Rows, cx: &Ctx, req: &GrantRequest, w: &mut Writes) ->
 pub fn renew(rows: &mut [Rows], now: i64, token: &str, ttl: i64) -> (Renewal, Vec<Write>) {
     let mut w = Writes::new();
     for r in rows.iter() {
-        if !r
-            .holders
-            .iter()
-            .any(|h| h.token == token && h.expires > now)
-        {
-            // Every end of a lease writes `previous`: none written, and no lease of ours,
-            // means the record was lost under us.
-            let lost = match Previous::parse(&r.previous) {
-                Previous::None => Renewal::Forgotten,
+        let ours = r.holders.iter().find(|h| h.token == token);
+        if ours.is_none_or(|h| h.expires <= now) {
+            // Every end of a lease writes `previous`, and a lease that ran out keeps its row
+            // until a purge writes it: no row of ours and none written means the record was
+            // lost under us.
+            let lost = match (ours, Previous::parse(&r.previous)) {
+                (None, Previous::None) => Renewal::Forgotten,
                 _ => Renewal::Lost,
             };
             return (lost, Vec::new());

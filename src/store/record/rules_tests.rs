@@ -139,6 +139,19 @@ fn renew_needs_every_name_held_and_live() {
     );
 }
 
+/// A first lease on a name that ran out is lost, not forgotten: its row is still there. A
+/// record that no longer names the token and says no lease ended was lost with the data.
+#[test]
+fn a_renewal_tells_a_lease_run_out_from_a_record_forgotten() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &cx(0), &req("t1", Mode::Exclusive, false));
+    assert_eq!(renew(&mut rs, 2000, "t1", 1000).0, Renewal::Lost);
+    let mut wiped = vec![rows("a")];
+    assert_eq!(renew(&mut wiped, 10, "t1", 1000).0, Renewal::Forgotten);
+    release(&mut rs, &cx(10), "t1", End::Released);
+    assert_eq!(renew(&mut rs, 20, "t1", 1000).0, Renewal::Lost);
+}
+
 #[test]
 fn several_names_are_granted_all_or_none() {
     let mut rs = vec![rows("a"), rows("b")];

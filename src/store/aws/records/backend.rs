@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 
 use super::{Cond, Object, Objects, Put, record};
-use crate::store::record::rules::{Rows, Write};
+use crate::store::record::rules::{Rows, Rules, Write};
 use crate::store::record::{Backend, Decide};
 use crate::store::{Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
 
@@ -242,6 +242,10 @@ impl<O: Objects> Backend for Records<O> {
             }
             let decision = decide(early, &mut rows);
             apply(&mut after, &decision.writes);
+            // The engine's marker is set by the rules (`rules::mark`), never cleared.
+            for (a, r) in after.iter_mut().zip(&rows) {
+                a.marked |= r.marked;
+            }
             if self.write(&reads, &after, writer(&decision.writes)).await? {
                 return Ok(());
             }
@@ -250,6 +254,18 @@ impl<O: Objects> Backend for Records<O> {
         Err(StoreError::unavailable(format!(
             "the records of {names:?} kept changing under this client ({TRIES} tries)"
         )))
+    }
+
+    /// A bucket or table can lose its records (deleted and created again, a server without
+    /// persistence restarted): each record keeps the engine's marker, so that a quorum member
+    /// that lost its holders abstains while another remembers a live lease
+    /// (`engine::amnesia`), and a renewal that finds the record gone says the lease was
+    /// forgotten. Fences are floored at the clocks already (`transact`).
+    fn rules(&self) -> Rules {
+        Rules {
+            forgetful: true,
+            ..Rules::SQL
+        }
     }
 
     /// Waiters poll, paced by their ttl (`ObjectStore::listen`); one that came here instead

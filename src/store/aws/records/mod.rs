@@ -52,8 +52,8 @@ use bytes::Bytes;
 
 use crate::store::record::RecordStore;
 use crate::store::{
-    Acquire, Attempt, Health, HealthQuery, Listener, LockState, Outcome, Store, StoreResult,
-    TagWrite,
+    Acquire, Attempt, Health, HealthQuery, Listener, LockState, Outcome, Recall, Store,
+    StoreResult, TagWrite,
 };
 pub use backend::Records;
 
@@ -143,6 +143,12 @@ impl<O: Objects> Store for ObjectStore<O> {
     }
     async fn try_acquire(&self, req: &Acquire, _queue: bool) -> StoreResult<Attempt> {
         self.inner.try_acquire(req, false).await
+    }
+    async fn attempt(&self, req: &Acquire, _queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        self.inner.attempt(req, false).await
+    }
+    async fn mark(&self, names: &[String]) -> StoreResult<()> {
+        self.inner.mark(names).await
     }
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
         Ok(Box::new(poll::Poll::new(poll::interval(req.ttl))))

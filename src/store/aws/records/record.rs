@@ -32,6 +32,11 @@ struct Record {
     fence: i64,
     previous: String,
     holders: Vec<Holder>,
+    /// The engine's marker (`Store::mark`): in the record itself, so that it goes with the
+    /// holders when the bucket or table loses them (absent in a record written before it was
+    /// kept: that record reads as one that forgot, which only makes a quorum wait).
+    #[serde(default)]
+    marked: bool,
 }
 
 const VERSION: u32 = 1;
@@ -56,6 +61,7 @@ pub fn encode(rows: &Rows, token: &str) -> Vec<u8> {
                 meta: h.meta.clone(),
             })
             .collect(),
+        marked: rows.marked,
     };
     serde_json::to_vec(&record).expect("a record serializes")
 }
@@ -89,6 +95,7 @@ pub fn decode(name: &str, body: &[u8]) -> StoreResult<Rows> {
                 meta: h.meta,
             })
             .collect(),
+        marked: r.marked,
         ..Rows::default()
     })
 }
@@ -96,7 +103,7 @@ pub fn decode(name: &str, body: &[u8]) -> StoreResult<Rows> {
 /// What a body records, without its nonce and writer: a write that changes nothing of it is
 /// not sent (a busy attempt, a waiter's look).
 pub fn same(a: &Rows, b: &Rows) -> bool {
-    a.fence == b.fence && a.previous == b.previous && a.holders == b.holders
+    a.fence == b.fence && a.previous == b.previous && a.holders == b.holders && a.marked == b.marked
 }
 
 #[cfg(test)]
@@ -116,6 +123,7 @@ mod tests {
                 expires: 1_700_000_000_000,
                 meta: "{}".into(),
             }],
+            marked: true,
             ..Rows::default()
         };
         let (a, b) = (encode(&rows, "abc"), encode(&rows, "abc"));
