@@ -654,8 +654,9 @@ impl Setup {
             // Read the record, write it (a new connection: one more).
             Stores::S3(_) | Stores::Dynamo(_) => 3,
             Stores::Postgres(_) | Stores::Cluster(_) => 4,
-            // Read the record, write the holder key, write the record.
-            Stores::Nats(_) => 3,
+            // Read the record, then write the holder key and the record back to back (their
+            // answers come together).
+            Stores::Nats(_) => 2,
             Stores::Zk(_) => 2,
             _ => 1,
         }
