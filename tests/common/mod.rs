@@ -322,6 +322,23 @@ pub fn terminate(child: Option<Child>) {
 }
 
 /// Wait for a child at most `limit`; kill it and return None if it is still running then.
+/// A suite started from a script's background (`scripts/test &`, `nohup`) inherits SIGINT,
+/// SIGQUIT (and SIGHUP) ignored, and so would every dlock it starts, which by contract keeps
+/// a signal ignored at its start ignored: the tests that interrupt dlock would then hang.
+/// Each test binary sets them back to their defaults as it starts (before `main`, so before
+/// any thread or child), as a terminal would have them: what a test then sends is what dlock
+/// gets. A test that wants one ignored sets it in its child (`job_life`'s `nohup` case).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static DEFAULT_SIGNALS: extern "C" fn() = default_signals;
+
+extern "C" fn default_signals() {
+    for s in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+        // SAFETY: setting a disposition touches no memory of ours; nothing runs yet.
+        unsafe { libc::signal(s, libc::SIG_DFL) };
+    }
+}
+
 pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let start = Instant::now();
     loop {
