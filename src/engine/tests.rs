@@ -33,8 +33,7 @@ fn client(stores: &[MemoryStore], timeout: Duration) -> (Engine, Vec<Arc<FaultyS
     (Engine::from_stores(dyns, timeout), faulty)
 }
 
-/// A request for `job`, exclusive, under a new token (for the engine's other tests too).
-pub(super) fn request(ttl: Duration) -> Acquire {
+fn request(ttl: Duration) -> Acquire {
     Acquire {
         names: vec!["job".into()],
         token: crate::names::new_token(),

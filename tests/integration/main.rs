@@ -47,7 +47,6 @@ mod proxy;
 mod quorum;
 mod refused;
 mod regressions;
-mod release_retry;
 mod server_life;
 mod shards;
 mod store_dynamodb;
