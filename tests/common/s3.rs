@@ -20,6 +20,8 @@ pub struct S3Server {
     /// master, volume, filer, s3, webdav, admin: each with its port + 10000 free too (gRPC).
     ports: [u16; 6],
     child: Option<Child>,
+    /// The CA the gateway's certificate is signed by, when it serves S3 over TLS.
+    ca: Option<PathBuf>,
 }
 
 /// `weed`, wherever pip put it: in Python's scripts directory (not a version manager's shim
@@ -75,11 +77,24 @@ fn port_pair() -> u16 {
 
 impl S3Server {
     pub fn start() -> S3Server {
+        Self::start_with(false)
+    }
+
+    /// The gateway serving S3 over TLS only, with a certificate from a fresh self-signed CA;
+    /// its URL is `https` and names the CA (`&ca_file=`).
+    pub fn start_tls() -> S3Server {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> S3Server {
         use_test_credentials();
+        let dir = temp_dir();
+        let ca = tls.then(|| super::tls_certs(dir.path()).0);
         let mut s = S3Server {
-            dir: temp_dir(),
+            dir,
             ports: [0; 6],
             child: None,
+            ca,
         };
         let creds = format!(
             r#"{{"identities": [{{"name": "dlock", "credentials": [{{"accessKey": "{ACCESS_KEY}",
@@ -103,8 +118,14 @@ impl S3Server {
         let data = self.dir.path().join("weed");
         std::fs::create_dir_all(&data).unwrap();
         let log = std::fs::File::create(self.dir.path().join("weed.log")).unwrap();
-        let child = Command::new(weed())
-            .arg("mini")
+        let mut cmd = Command::new(weed());
+        cmd.arg("mini");
+        if self.ca.is_some() {
+            let file = |f: &str| self.dir.path().join(f).display().to_string();
+            cmd.arg(format!("-s3.cert.file={}", file("server.pem")))
+                .arg(format!("-s3.key.file={}", file("server.key")));
+        }
+        let child = cmd
             .arg(format!("-dir={}", data.display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
             .arg(format!("-master.port={m}"))
@@ -146,8 +167,12 @@ impl S3Server {
 
     /// The store URL of `bucket`, with `extra` parameters (`&create=1`).
     pub fn url_in(&self, bucket: &str, extra: &str) -> String {
+        let (scheme, ca) = match &self.ca {
+            Some(ca) => ("https", format!("&ca_file={}", ca.display())),
+            None => ("http", String::new()),
+        };
         format!(
-            "s3://{bucket}?region=us-east-1&endpoint=http://127.0.0.1:{}&path_style=1{extra}",
+            "s3://{bucket}?region=us-east-1&endpoint={scheme}://127.0.0.1:{}&path_style=1{ca}{extra}",
             self.ports[3]
         )
     }

@@ -312,3 +312,71 @@ pub(crate) fn missing_is_78_to_every_command(env: &Env, name: &str) {
         assert_eq!(stderr(&o), lock, "{args:?}");
     }
 }
+
+/// An `https` endpoint: the gateway serves S3 over TLS with a certificate from a CA of its
+/// own. Named by `?ca_file=`, the CA is trusted and a job runs under the lock; without it, the
+/// certificate is refused in one line and nothing is held. (DynamoDB goes through the same
+/// signed HTTP client; DynamoDB Local has no TLS to test it on.)
+#[test]
+fn an_https_endpoint_is_trusted_through_its_ca_file_only() {
+    let s3 = S3Server::start_tls();
+    let url = s3.url();
+    assert!(url.contains("endpoint=https://"), "{url}");
+    let env = Env::with_stores(vec![url.clone()]);
+    let o = env.run(&["run", "t", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).parse::<u64>().is_ok(), "{}", stdout(&o));
+    let bare: String = url
+        .split('&')
+        .filter(|p| !p.starts_with("ca_file="))
+        .collect::<Vec<_>>()
+        .join("&");
+    let o = Env::with_stores(vec![bare]).run(&["lock", "t", "-n"]);
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "an untrusted certificate was accepted");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    assert_eq!(env.inspect("t")["held"], false);
+}
+
+/// With no keys in the environment, a profile of the shared credentials file signs the
+/// requests (`AWS_PROFILE`, `AWS_SHARED_CREDENTIALS_FILE`), and the gateway checks them: the
+/// right profile holds the lock, another profile's wrong secret is refused (77), and a
+/// profile the file lacks is a setup error (78) that names where credentials come from.
+#[test]
+fn a_profile_of_the_shared_credentials_file_signs_the_requests() {
+    let env = env();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credentials");
+    std::fs::write(
+        &file,
+        format!(
+            "[default]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = wrong-one\n\n\
+             [ci]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n"
+        ),
+    )
+    .unwrap();
+    let with = |profile: Option<&str>, args: &[&str]| {
+        let mut c = env.cmd();
+        c.args(args)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("AWS_SHARED_CREDENTIALS_FILE", &file);
+        match profile {
+            Some(p) => c.env("AWS_PROFILE", p),
+            None => c.env_remove("AWS_PROFILE"),
+        };
+        output_within(c, Duration::from_secs(30))
+    };
+    let o = with(Some("ci"), &["run", "profiled", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_code(&o, 0);
+    assert!(stdout(&o).parse::<u64>().is_ok(), "{}", stdout(&o));
+    let o = with(None, &["lock", "profiled", "-n"]);
+    assert_code(&o, 77);
+    assert!(!stderr(&o).contains("wrong-one"), "{}", stderr(&o));
+    let o = with(Some("absent"), &["lock", "profiled", "-n"]);
+    assert_code(&o, 78);
+    let err = stderr(&o);
+    assert!(err.contains("\"absent\"") && err.contains("credentials"), "{err}");
+    assert_eq!(env.inspect("profiled")["held"], false);
+}
