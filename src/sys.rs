@@ -114,6 +114,67 @@ pub fn clock_skew() -> Duration {
     }
 }
 
+/// Sleep `d` on the kernel's CLOCK_MONOTONIC: a timerfd armed by raw syscall, awaited by
+/// the runtime as any descriptor. The runtime's own timers read the clock libc gives the
+/// process, which a preloaded libfaketime bends: set back an hour, a timer set before the
+/// step waits that hour and one set after it fires at once. What must end on time whatever
+/// that clock says (a release asked again before dlock exits) waits here. Without a timerfd
+/// (out of descriptors), the runtime's timer.
+pub async fn sleep_kernel(d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    use tokio::io::{Interest, unix::AsyncFd};
+    // SAFETY: the descriptor is ours alone and lives as long as the AsyncFd.
+    if let Ok(fd) = kernel_timer(d)
+        && let Ok(fd) = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+    {
+        // Readable once it has expired; the descriptor closes with `fd`.
+        let _ = fd.readable().await;
+        return;
+    }
+    tokio::time::sleep(d).await
+}
+
+/// A timerfd on CLOCK_MONOTONIC that expires once, `d` (not zero: that disarms it) from now.
+fn kernel_timer(d: Duration) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let flags = libc::TFD_NONBLOCK | libc::TFD_CLOEXEC;
+    // SAFETY: plain syscall; the descriptor it returns is checked, then owned.
+    let fd = unsafe { libc::syscall(libc::SYS_timerfd_create, libc::CLOCK_MONOTONIC, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a descriptor just opened for us alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let spec = libc::itimerspec {
+        it_interval: zero,
+        it_value: libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        },
+    };
+    // SAFETY: spec is a valid itimerspec; the old value is not asked for (null). By raw
+    // syscall, like `kernel_clock`: libfaketime replaces the libc symbol.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_timerfd_settime,
+            fd.as_raw_fd(),
+            0,
+            &spec as *const libc::itimerspec,
+            std::ptr::null_mut::<libc::itimerspec>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 /// Identifies this boot: a file store deadline from another boot is long past.
 pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

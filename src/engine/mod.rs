@@ -14,6 +14,7 @@ mod free;
 mod late;
 mod open;
 mod reach;
+mod release;
 mod reopen;
 pub mod session;
 mod take;
@@ -35,6 +36,7 @@ use fan::{Linger, owner_decided};
 
 use reach::Reach;
 pub use reach::{Outage, show as show_outage};
+pub use release::Failed;
 pub use session::{Health, Keeper, Session};
 pub use view::{Merged, NameView, QuorumHolder, merge};
 pub use wait::{Budget, Halt};
@@ -248,7 +250,9 @@ impl Engine {
     }
 
     /// Owner-checked release on every store (also those where the lease was not granted: a
-    /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`.
+    /// queued entry or a grant whose answer was lost is cleaned up too), recording `outcome`:
+    /// one try, from a process that does not hold the `Lease` (`unlock`), or to withdraw. A
+    /// held lease is given back by `release_held`, which asks again.
     pub async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
         self.tally(
             self.fan_out_owner(|s| s.release(names, token, outcome))

@@ -22,7 +22,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{Engine, EngineError, Lease, Tally, timing};
+use super::{Engine, EngineError, Failed, Lease, Tally, timing};
 use crate::events::{self, Events};
 use crate::store::Outcome;
 
@@ -35,12 +35,13 @@ pub trait Keeper: Send + Sync + 'static {
     /// say it is gone.
     fn renew(&self, lease: &mut Lease) -> impl Future<Output = Result<(), EngineError>> + Send;
 
-    /// Owner-checked release of `names` held under `token`, recording how the job ended.
+    /// Owner-checked release of `lease`, recording how the job ended; the stores that give
+    /// no answer are asked again, `failed` told of each (`Engine::release_held`).
     fn release(
         &self,
-        names: &[String],
-        token: &str,
+        lease: &Lease,
         outcome: Outcome,
+        failed: &Failed<'_>,
     ) -> impl Future<Output = Self::Released> + Send;
 }
 
@@ -51,8 +52,8 @@ impl Keeper for Engine {
         Engine::renew(self, lease).await
     }
 
-    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tally {
-        Engine::release(self, names, token, outcome).await
+    async fn release(&self, lease: &Lease, outcome: Outcome, failed: &Failed<'_>) -> Tally {
+        self.release_held(lease, outcome, failed).await
     }
 }
 
@@ -74,6 +75,8 @@ pub struct Session<K: Keeper> {
     released: bool,
     /// The renewer and what it reports, once started.
     renewer: Option<Renewer>,
+    /// Who hears of renewals and of releases asked again (set by `keep_alive`).
+    events: Events,
 }
 
 /// The renewal task and dlock's end of what it reports.
@@ -94,6 +97,7 @@ impl<K: Keeper> Session<K> {
             lease,
             released: false,
             renewer: None,
+            events: Events::default(),
         }
     }
 
@@ -110,6 +114,7 @@ impl<K: Keeper> Session<K> {
         if self.renewer.is_some() {
             return;
         }
+        self.events = events.clone();
         let (tx, health) = watch::channel(Health {
             deadline: self.lease.deadline,
             lost: None,
@@ -185,14 +190,32 @@ impl<K: Keeper> Session<K> {
     }
 
     /// Give the lease back, owner-checked, telling the stores how the job ended: once (None
-    /// after the first). The renewer stops first, so no renewal follows the release.
+    /// after the first). The renewer stops first, so no renewal follows the release. A store
+    /// that gives no answer is asked again for a while (`release-failed` events): a lease
+    /// left to run out keeps every waiter waiting for its ttl.
     pub async fn release(&mut self, outcome: Outcome) -> Option<K::Released> {
         self.stop();
         if std::mem::replace(&mut self.released, true) {
             return None;
         }
-        let req = &self.lease.req;
-        Some(self.keeper.release(&req.names, &req.token, outcome).await)
+        // Asked again until the deadline the renewals reached at the latest.
+        let lease = Lease {
+            deadline: self.health().deadline,
+            ..self.lease.clone()
+        };
+        let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
+        let (events, names) = (&self.events, &lease.req.names);
+        let failed = |e: &crate::store::StoreError, left: Duration| {
+            events.emit(
+                "release-failed",
+                names,
+                events::with(
+                    events::fences(&fences),
+                    json!({ "error": e.to_string(), "lease_left_ms": left.as_millis() as u64 }),
+                ),
+            )
+        };
+        Some(self.keeper.release(&lease, outcome, &failed).await)
     }
 }
 

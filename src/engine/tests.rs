@@ -33,7 +33,8 @@ fn client(stores: &[MemoryStore], timeout: Duration) -> (Engine, Vec<Arc<FaultyS
     (Engine::from_stores(dyns, timeout), faulty)
 }
 
-fn request(ttl: Duration) -> Acquire {
+/// A request for `job`, exclusive, under a new token (for the engine's other tests too).
+pub(super) fn request(ttl: Duration) -> Acquire {
     Acquire {
         names: vec!["job".into()],
         token: crate::names::new_token(),

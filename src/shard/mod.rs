@@ -22,7 +22,7 @@ use std::sync::Arc;
 use futures_util::future::{join_all, select_all};
 use tokio::sync::watch;
 
-use crate::engine::{Budget, Engine, EngineError, Halt, Keeper, Lease, Session, Tally};
+use crate::engine::{Budget, Engine, EngineError, Failed, Halt, Keeper, Lease, Session, Tally};
 use crate::events::Events;
 use crate::store::url::StoreUrl;
 use crate::store::{Acquire, Outcome, StoreError};
@@ -276,6 +276,25 @@ impl Shards {
         Tallies::of(&groups, join_all(each).await)
     }
 
+    /// Release a held lease on every shard it spans, each asking its stores that give no
+    /// answer again (`Engine::release_held`).
+    pub async fn release_held(
+        &self,
+        lease: &Lease,
+        outcome: Outcome,
+        failed: &Failed<'_>,
+    ) -> Tallies {
+        let groups = match self.shards.len() {
+            1 => vec![(0, lease.req.names.clone())],
+            _ => self.groups(&lease.req.names),
+        };
+        let parts = split(lease, groups.clone());
+        let each = parts
+            .iter()
+            .map(|(i, part)| self.shards[*i].engine.release_held(part, outcome, failed));
+        Tallies::of(&groups, join_all(each).await)
+    }
+
     /// Owner-checked extension on every shard `names` live on.
     pub async fn extend(&self, names: &[String], token: &str, ttl: Duration) -> Tallies {
         if self.shards.len() == 1 {
@@ -379,7 +398,7 @@ impl Keeper for Shards {
         Shards::renew(self, lease).await
     }
 
-    async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> Tallies {
-        Shards::release(self, names, token, outcome).await
+    async fn release(&self, lease: &Lease, outcome: Outcome, failed: &Failed<'_>) -> Tallies {
+        self.release_held(lease, outcome, failed).await
     }
 }

@@ -47,6 +47,7 @@ mod proxy;
 mod quorum;
 mod refused;
 mod regressions;
+mod release_retry;
 mod server_life;
 mod shards;
 mod store_dynamodb;
