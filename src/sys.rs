@@ -114,6 +114,15 @@ pub fn clock_skew() -> Duration {
     }
 }
 
+/// The most `clock_skew` an honest process shows (two syscalls apart on a loaded host).
+pub const HONEST_SKEW: Duration = Duration::from_millis(500);
+
+/// Whether the runtime's timers read a bent clock (`clock_skew` past `HONEST_SKEW`): set
+/// back, each timeout set since fires at once.
+pub fn clock_bent() -> bool {
+    clock_skew() > HONEST_SKEW
+}
+
 /// Sleep `d` on the kernel's CLOCK_MONOTONIC: a timerfd armed by raw syscall, awaited by
 /// the runtime as any descriptor. The runtime's own timers read the clock libc gives the
 /// process, which a preloaded libfaketime bends: set back an hour, a timer set before the

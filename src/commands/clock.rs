@@ -10,7 +10,7 @@ use crate::exit::{Error, ExitCode, Result};
 /// a bent clock admit two holders.
 pub(crate) fn trust_clock() -> Result<()> {
     let skew = crate::sys::clock_skew();
-    if skew > Duration::from_millis(500) {
+    if skew > crate::sys::HONEST_SKEW {
         // As set up, this process can never time a lease: EX_CONFIG, not a plain failure.
         return Err(Error::new(
             ExitCode::Config,
