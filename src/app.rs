@@ -24,7 +24,7 @@ pub fn main() -> i32 {
     };
     let out = Output::new(
         cli.global.json,
-        cli.global.color,
+        forced_color(cli.global.color),
         cli.global.verbose,
         cli.global.quiet,
     );
@@ -72,11 +72,20 @@ fn version_line() -> String {
     format!("dlock {}\n", env!("CARGO_PKG_VERSION"))
 }
 
+/// `--color`: always or never forced, or left to whether the stream is a terminal (None).
+fn forced_color(when: ColorWhen) -> Option<bool> {
+    match when {
+        ColorWhen::Always => Some(true),
+        ColorWhen::Never => Some(false),
+        ColorWhen::Auto => None,
+    }
+}
+
 /// clap's own errors as one line on stderr with exit 64 (and the failure object on stdout
 /// under `--json`); help and version as clap prints them.
 fn clap_error(e: clap::Error) -> i32 {
     let usage = |msg: String| {
-        let out = Output::new(json_requested(), ColorWhen::Auto, 0, false);
+        let out = Output::new(json_requested(), None, 0, false);
         let e = Error::usage(msg);
         out.finish(e.code.into(), Some(&e));
         i32::from(ExitCode::Usage)

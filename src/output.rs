@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use colored::{ColoredString, Colorize};
 use serde_json::{Value, json};
 
-use crate::cli::ColorWhen;
 use crate::sys;
 
 #[derive(Clone)]
@@ -29,19 +28,17 @@ pub struct Output {
     stdout_taken: Arc<AtomicBool>,
 }
 
-fn wants_color(when: ColorWhen, fd: i32) -> bool {
+/// Colour on `fd`: `forced` says always (true) or never (false), as `--color` does; None
+/// leaves it to whether `fd` is a terminal. `NO_COLOR` wins over both.
+fn wants_color(forced: Option<bool>, fd: i32) -> bool {
     if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
         return false;
     }
-    match when {
-        ColorWhen::Always => true,
-        ColorWhen::Never => false,
-        ColorWhen::Auto => sys::is_terminal(fd),
-    }
+    forced.unwrap_or_else(|| sys::is_terminal(fd))
 }
 
 impl Output {
-    pub fn new(json: bool, color: ColorWhen, verbose: u8, quiet: bool) -> Output {
+    pub fn new(json: bool, color: Option<bool>, verbose: u8, quiet: bool) -> Output {
         // We decide per stream below; the crate's own detection would look at stdout only.
         colored::control::set_override(true);
         Output {

@@ -32,6 +32,7 @@ mod job_control;
 mod job_life;
 mod json_contract;
 mod keepalive;
+mod layers;
 mod lost_grant;
 mod lost_messages;
 mod lost_signal;

@@ -333,7 +333,11 @@ fn an_https_endpoint_is_trusted_through_its_ca_file_only() {
         .join("&");
     let o = Env::with_stores(vec![bare]).run(&["lock", "t", "-n"]);
     let err = stderr(&o);
-    assert_ne!(o.status.code(), Some(0), "an untrusted certificate was accepted");
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "an untrusted certificate was accepted"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.to_lowercase().contains("certificate"), "{err}");
     assert_eq!(env.inspect("t")["held"], false);
@@ -368,7 +372,10 @@ fn a_profile_of_the_shared_credentials_file_signs_the_requests() {
         };
         output_within(c, Duration::from_secs(30))
     };
-    let o = with(Some("ci"), &["run", "profiled", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    let o = with(
+        Some("ci"),
+        &["run", "profiled", "--", "sh", "-c", "echo $DLOCK_FENCE"],
+    );
     assert_code(&o, 0);
     assert!(stdout(&o).parse::<u64>().is_ok(), "{}", stdout(&o));
     let o = with(None, &["lock", "profiled", "-n"]);
@@ -377,6 +384,9 @@ fn a_profile_of_the_shared_credentials_file_signs_the_requests() {
     let o = with(Some("absent"), &["lock", "profiled", "-n"]);
     assert_code(&o, 78);
     let err = stderr(&o);
-    assert!(err.contains("\"absent\"") && err.contains("credentials"), "{err}");
+    assert!(
+        err.contains("\"absent\"") && err.contains("credentials"),
+        "{err}"
+    );
     assert_eq!(env.inspect("profiled")["held"], false);
 }
