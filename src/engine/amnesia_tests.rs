@@ -138,3 +138,29 @@ async fn a_single_store_that_forgot_still_hands_out_higher_fences() {
         l.grants[0].fence
     );
 }
+
+/// A's marks fail on the member that will remember (slow for a moment right after it
+/// granted); A's next renewal marks it. When the two others then forget, that member still
+/// outvotes them: B is refused while A's lease runs. Without the mark at the renewal nobody
+/// has a marker and B's grant looks like a first use.
+#[tokio::test(start_paused = true)]
+async fn a_mark_that_did_not_take_is_made_at_the_next_renewal() {
+    use crate::store::ErrorKind;
+    use crate::store::fault::{Fault, FaultyStore, Op};
+    let m = members(3);
+    let faulty: Vec<Arc<FaultyStore>> = m
+        .iter()
+        .map(|s| Arc::new(FaultyStore::new(Arc::new(s.clone()))))
+        .collect();
+    let dyns = faulty.iter().map(|f| f.clone() as Arc<dyn Store>).collect();
+    let a_engine = Engine::from_stores(dyns, STORE_TIMEOUT);
+    faulty[2].set_for(Op::Mark, Fault::Error(ErrorKind::Unavailable));
+    let ttl = Duration::from_secs(30);
+    let mut a = a_engine.acquire(&request(ttl), Wait::No).await.expect("A");
+    faulty[2].set(Fault::None);
+    a_engine.renew(&mut a).await.expect("A renewed");
+    m[0].forget();
+    m[1].forget();
+    let b = engine(&m).acquire(&request(ttl), Wait::No).await;
+    assert!(matches!(b, Err(EngineError::NotAcquired)), "{b:?}");
+}

@@ -12,6 +12,7 @@ mod fan;
 pub mod fence;
 mod free;
 mod late;
+mod mark;
 mod open;
 mod reach;
 mod release;
@@ -84,6 +85,8 @@ pub struct Engine {
     reach: Reach,
     /// Per store, the give-backs sent it in the background (see `fan::Behind`).
     behind: Vec<fan::Behind>,
+    /// Members whose amnesia marker did not take when they voted for a lease (`mark`).
+    pending: mark::Pending,
 }
 
 impl Engine {
@@ -102,6 +105,7 @@ impl Engine {
         Engine {
             reach: Reach::new(stores.len()),
             behind: stores.iter().map(|_| fan::Behind::default()).collect(),
+            pending: mark::Pending::default(),
             stores,
             store_timeout,
         }
@@ -210,9 +214,15 @@ impl Engine {
                 Linger::No,
             )
             .await;
+        let yes: Vec<usize> = answers
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(true)))
+            .map(|(i, _)| *i)
+            .collect();
         let tally = self.tally(answers);
         if tally.yes >= need && timing::validity(req.ttl, t0.elapsed()).is_some() {
             lease.deadline = lease.deadline.max(t0 + req.ttl - timing::drift(req.ttl));
+            self.mark_renewed(&req.names, &yes).await;
             return Ok(());
         }
         if tally.no > self.stores.len() - need {

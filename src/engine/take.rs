@@ -61,9 +61,7 @@ impl Driver for Take<'_> {
             && let Some(lease) = engine.settle(req, t0, &a.granted).await
         {
             if !verdict.to_mark.is_empty() {
-                engine
-                    .fan_out(&verdict.to_mark, |s| s.mark(&req.names))
-                    .await;
+                engine.mark(&verdict.to_mark, &req.names).await;
             }
             return Round {
                 look: Look::Done(lease),

@@ -37,6 +37,8 @@ pub enum Op {
     Release,
     Force,
     Raise,
+    /// The amnesia marker (`Store::mark`).
+    Mark,
     Inspect,
     List,
     ShardList,
@@ -115,7 +117,7 @@ impl Store for FaultyStore {
     }
 
     async fn mark(&self, names: &[String]) -> StoreResult<()> {
-        self.call(Op::Raise, self.inner.mark(names)).await
+        self.call(Op::Mark, self.inner.mark(names)).await
     }
 
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
