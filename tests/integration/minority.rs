@@ -17,10 +17,12 @@ const SAMPLES: usize = 9;
 const WITHIN: f64 = 1.3;
 
 /// For the commands whose whole work is one round trip inside a process of a few ms
-/// (`extend`, `inspect`, `unlock`): 2x. A read lingers as long again as the majority took,
-/// so that a live store at the others' pace shows its own answer; either way it is some 200
-/// times less than the store timeout they used to wait out.
-const ONE_TRIP_WITHIN: f64 = 2.0;
+/// (`extend`, `inspect`, `unlock`): 3x. A read lingers as long again as the majority took,
+/// so that a live store at the others' pace shows its own answer: the round trip counts
+/// twice, by design, and a loaded machine stretches that round trip more than the process's
+/// start-up (an `inspect` once took 2.3x its healthy least under `stress-ng`). Either way it
+/// is some 70 times less than the store timeout they used to wait out.
+const ONE_TRIP_WITHIN: f64 = 3.0;
 
 /// Well above any store timeout here (1 s), so a command that waits one out shows.
 const STORE_TIMEOUT: &str = "1s";
