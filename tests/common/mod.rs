@@ -694,6 +694,20 @@ pub fn tls_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     (p("ca.pem"), p("server.pem"), p("server.key"))
 }
 
+/// Every file under `dir`, at any depth (the repository's own trees, for tests that read the
+/// source as text).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let (mut todo, mut files) = (vec![dir.to_path_buf()], Vec::new());
+    while let Some(p) = todo.pop() {
+        if p.is_dir() {
+            todo.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}
+
 /// PATH with the dlock under test first: for scripts that call `dlock` by name.
 pub fn path_with_dlock() -> String {
     let bin = Path::new(env!("CARGO_BIN_EXE_dlock")).parent().unwrap();

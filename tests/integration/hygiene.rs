@@ -97,13 +97,8 @@ fn scripts_check_deb_packages_the_release_build_where_cargo_puts_it() {
 #[test]
 fn no_test_depends_on_a_global_path_being_absent() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let mut files = vec![dir.clone()];
     let mut found = Vec::new();
-    while let Some(p) = files.pop() {
-        if p.is_dir() {
-            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-            continue;
-        }
+    for p in crate::common::files_under(&dir) {
         let text = std::fs::read_to_string(&p).unwrap_or_default();
         for (i, line) in text.lines().enumerate() {
             for global in [

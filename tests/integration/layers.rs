@@ -5,7 +5,7 @@
 //! contract; the supervisor knows no command.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Layers from the ground up: the shared ground (clocks, names, exit codes, output), the
 /// stores, the engine, the shard router, the supervisor, the command line and what
@@ -25,17 +25,6 @@ const LAYERS: &[&[&str]] = &[
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The top-level modules `text` names through `crate::` outside comments, grouped imports
@@ -70,10 +59,12 @@ fn first_segment(path: &str) -> Option<String> {
 /// Every edge between two different top-level modules: (from, to) -> a file that makes it.
 fn edges() -> BTreeMap<(String, String), String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let files = crate::common::files_under(&src);
+    let rust = files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"));
     let mut edges = BTreeMap::new();
-    for f in files {
+    for f in rust {
         let rel = f.strip_prefix(&src).unwrap();
         let top = rel
             .components()
@@ -82,7 +73,7 @@ fn edges() -> BTreeMap<(String, String), String> {
             .as_os_str()
             .to_string_lossy();
         let top = top.trim_end_matches(".rs").to_string();
-        let text = std::fs::read_to_string(&f).unwrap();
+        let text = std::fs::read_to_string(f).unwrap();
         for m in referenced(&text) {
             if m != top && layer_of(&m).is_some() {
                 edges
