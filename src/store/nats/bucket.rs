@@ -4,13 +4,16 @@
 //! write of a lease (async-nats's `create_with_ttl` drops the TTL after a delete, and a put
 //! without one makes the key immortal).
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::{Context, PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::kv;
-use async_nats::jetstream::stream::DirectGetErrorKind;
+use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use bytes::Bytes;
+use tokio::sync::OnceCell;
+use tokio::task::JoinHandle;
 
 use crate::store::{StoreError, StoreResult};
 
@@ -55,8 +58,22 @@ pub enum Wrote {
 /// The bucket and the stream under it.
 pub struct Bucket {
     pub js: Context,
-    pub kv: kv::Store,
     pub name: String,
+    /// The stream for direct gets, which need nothing of its configuration: a process's
+    /// first read goes out beside the check of the bucket instead of after it.
+    direct: Stream<()>,
+    /// The bucket as `setup::ensure` checked it (or set it up), asked for when the bucket
+    /// handle is made and awaited by every read and write: nothing is written to a bucket
+    /// that lacks what a lock needs, and nothing read from one is believed.
+    checked: OnceCell<Checked>,
+    /// The check under way; taken by the first to await it (a failed check runs again).
+    check: Mutex<Option<JoinHandle<StoreResult<kv::Store>>>>,
+    create: bool,
+}
+
+/// A bucket found fit for locks.
+pub struct Checked {
+    pub kv: kv::Store,
     /// The stream takes atomic batches (`allow_atomic`, NATS 2.12): a decision that writes
     /// several records is then one batch, all of it or nothing.
     pub atomic: bool,
@@ -108,14 +125,51 @@ pub fn ttl_header(ttl: Duration) -> String {
 }
 
 impl Bucket {
-    pub fn new(js: Context, kv: kv::Store, name: String) -> Bucket {
-        let atomic = kv.stream.cached_info().config.allow_atomic_publish;
-        Bucket {
+    /// The bucket `name`, its check (with `create`: its set-up) started now, in the
+    /// background.
+    pub async fn new(js: Context, name: String, create: bool) -> StoreResult<Bucket> {
+        let direct = direct(&js, &name).await?;
+        let check = {
+            let (js, name) = (js.clone(), name.clone());
+            tokio::spawn(async move { super::setup::ensure(&js, &name, create).await })
+        };
+        Ok(Bucket {
+            direct,
+            checked: OnceCell::new(),
+            check: Mutex::new(Some(check)),
             js,
-            kv,
             name,
-            atomic,
-        }
+            create,
+        })
+    }
+
+    /// The bucket `name` as `kv`, just set up with `?create=1`.
+    pub async fn ready(js: Context, kv: kv::Store, name: String) -> StoreResult<Bucket> {
+        Ok(Bucket {
+            direct: direct(&js, &name).await?,
+            checked: OnceCell::new_with(Some(Checked::of(kv))),
+            check: Mutex::new(None),
+            js,
+            name,
+            create: true,
+        })
+    }
+
+    /// The bucket, checked: an error (78 for a missing bucket or one without per-message
+    /// TTL) when it is not fit for locks or the server did not answer the check.
+    pub async fn checked(&self) -> StoreResult<&Checked> {
+        self.checked
+            .get_or_try_init(|| async {
+                let started = self.check.lock().unwrap().take();
+                let kv = match started {
+                    Some(task) => task.await.unwrap_or_else(|e| {
+                        Err(StoreError::unavailable(format!("checking the bucket: {e}")))
+                    }),
+                    None => super::setup::ensure(&self.js, &self.name, self.create).await,
+                };
+                kv.map(Checked::of)
+            })
+            .await
     }
 
     fn subject(&self, key: &str) -> String {
@@ -124,12 +178,24 @@ impl Bucket {
 
     /// The key's last message.
     pub async fn get(&self, key: &str) -> StoreResult<Got> {
-        let m = match self
-            .kv
-            .stream
-            .direct_get_last_for_subject(self.subject(key))
-            .await
+        let early = !self.checked.initialized();
+        let (mut got, checked) = tokio::join!(
+            self.direct.direct_get_last_for_subject(self.subject(key)),
+            self.checked()
+        );
+        checked?;
+        if early
+            && got
+                .as_ref()
+                .is_err_and(|e| e.kind() != DirectGetErrorKind::NotFound)
         {
+            // Sent before the check had created the bucket, or switched on its direct gets.
+            got = self
+                .direct
+                .direct_get_last_for_subject(self.subject(key))
+                .await;
+        }
+        let m = match got {
             Ok(m) => m,
             Err(e) if e.kind() == DirectGetErrorKind::NotFound => return Ok(Got::default()),
             Err(e) => return Err(self.failed(e).await),
@@ -182,6 +248,7 @@ impl Bucket {
         if msgs.is_empty() {
             return self.send(commit).await;
         }
+        self.checked().await?;
         let id = format!("{:032x}", crate::sys::random_u128());
         let client = self.js.client();
         let mut seq = 0;
@@ -214,6 +281,7 @@ impl Bucket {
     /// of one connection in the order they were handed over, whether or not the answer to
     /// one was awaited before the next went out.
     pub async fn submit(&self, m: Msg) -> StoreResult<PublishAckFuture> {
+        self.checked().await?;
         let sent = self
             .js
             .publish_with_headers(self.subject(&m.key), m.headers, m.value)
@@ -253,6 +321,8 @@ impl Bucket {
         use futures_util::StreamExt;
         let prefix = format!("$KV.{}.", self.name);
         let mut info = match self
+            .checked()
+            .await?
             .kv
             .stream
             .info_with_subjects(format!("{prefix}{filter}"))
@@ -302,6 +372,20 @@ impl Bucket {
             .await
             .map(|c| c.is_some())
     }
+}
+
+impl Checked {
+    fn of(kv: kv::Store) -> Checked {
+        let atomic = kv.stream.cached_info().config.allow_atomic_publish;
+        Checked { kv, atomic }
+    }
+}
+
+/// The bucket's stream, for direct gets (no request: its configuration is not needed).
+async fn direct(js: &Context, bucket: &str) -> StoreResult<Stream<()>> {
+    js.get_stream_no_info(format!("KV_{bucket}"))
+        .await
+        .map_err(|e| StoreError::invalid(format!("the KV bucket {bucket:?}: {e}")))
 }
 
 /// The server dropped an atomic batch without writing any of it: it lost its first

@@ -108,9 +108,10 @@ impl Nats {
         let mut url = url.clone();
         let (client, options) = setup::connect(&mut url, timeout).await?;
         let js = setup::context(client, timeout);
-        let kv = setup::ensure(&js, &options.bucket, options.create).await?;
+        // Checked in the background: the first read goes out beside the check.
+        let bucket = Bucket::new(js, options.bucket, options.create).await?;
         Ok(RecordStore::new(Nats {
-            bucket: Mutex::new(Arc::new(Bucket::new(js, kv, options.bucket))),
+            bucket: Mutex::new(Arc::new(bucket)),
             keys: Keys::new(namespace),
             create: options.create,
             desc: url.to_string(),
@@ -126,7 +127,8 @@ impl Nats {
     async fn recreate(&self) -> StoreResult<()> {
         let b = self.bucket();
         let kv = setup::ensure(&b.js, &b.name, true).await?;
-        *self.bucket.lock().unwrap() = Arc::new(Bucket::new(b.js.clone(), kv, b.name.clone()));
+        let again = Bucket::ready(b.js.clone(), kv, b.name.clone()).await?;
+        *self.bucket.lock().unwrap() = Arc::new(again);
         Ok(())
     }
 
@@ -299,7 +301,8 @@ impl Backend for Nats {
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         let b = self.bucket();
         let own = self.keys.waiter(token);
-        let bell = wake::Bell::open(&b.kv, own, self.keys.holders_everywhere()).await;
+        let kv = &b.checked().await?.kv;
+        let bell = wake::Bell::open(kv, own, self.keys.holders_everywhere()).await;
         Ok(Box::new(bell))
     }
 

@@ -7,10 +7,13 @@
 //! switches on atomic batches (`allow_atomic`, NATS 2.12), which make a multi-name grant one
 //! write; a bucket without them still works, granting several names name by name.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, Context, kv, stream};
-use async_nats::{ConnectErrorKind, ConnectOptions, ServerAddr};
+use async_nats::{
+    ConnectErrorKind, ConnectOptions, ReconnectToServer, Server, ServerAddr, ServerInfo,
+};
 
 use crate::store::server::ServerUrl;
 use crate::store::{StoreError, StoreResult};
@@ -100,6 +103,9 @@ async fn options(
             0 | 1 => Duration::ZERO,
             n => Duration::from_millis(25u64 << (n - 2).min(4)),
         });
+    if url.hosts.len() == 1 {
+        o = o.reconnect_to_server_callback(first_dial_now());
+    }
     o = match (url.user.clone(), url.password.clone()) {
         (Some(u), Some(p)) => o.user_and_password(u, p),
         (None, Some(token)) => o.token(token),
@@ -130,6 +136,24 @@ async fn options(
     }
     Ok(o)
 }
+
+/// The first dial of a one-server URL, at once. async-nats sleeps before every dial, the
+/// first too, and tokio rounds a sleep of nothing up to its 1 ms tick: a millisecond of every
+/// process's start. Later dials (reconnects), and every dial of a URL with several servers
+/// (the first must try them all), take the usual path and its delay.
+fn first_dial_now() -> impl Fn(Vec<Server>, ServerInfo) -> FirstDial + Send + Sync + 'static {
+    let first = AtomicBool::new(true);
+    move |servers, _| {
+        let now = first.swap(false, Ordering::Relaxed) && servers.len() == 1;
+        let target = servers.into_iter().next().filter(|_| now);
+        std::future::ready(target.map(|s| ReconnectToServer {
+            addr: s.addr,
+            delay: Some(Duration::ZERO),
+        }))
+    }
+}
+
+type FirstDial = std::future::Ready<Option<ReconnectToServer>>;
 
 /// The bucket's stream configuration; None when there is no such bucket.
 pub async fn stream_config(js: &Context, bucket: &str) -> StoreResult<Option<stream::Config>> {

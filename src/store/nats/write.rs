@@ -54,7 +54,7 @@ impl Nats {
         let (leases, renewed) = self.leases(names, loaded, now, writes);
         let records = self.records(names, loaded, rows);
         let tidy = self.tidying(loaded, names, writes);
-        if b.atomic && records.len() > 1 {
+        if b.checked().await?.atomic && records.len() > 1 {
             // The tidying too, after the records. Only for several records: a batch costs
             // the server far more than a few plain writes (tens of ms against tenths on a
             // busy host: it waits for the batch and syncs it to disk), and one record
