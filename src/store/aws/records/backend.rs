@@ -4,8 +4,14 @@
 //! absent). Several changed records go as one atomic request where the store has one
 //! (DynamoDB); elsewhere a lost race on the first write reads again, and one on a later name
 //! undoes the names already written.
+//!
+//! A release after a grant (or renewal) by this same process skips the read: it decides on the
+//! record as this process wrote it, and writes on condition that it is still that version
+//! (`Records::release_as_written`).
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
@@ -28,12 +34,32 @@ pub struct Records<O> {
     /// Every key of this namespace starts with it: `PREFIX/NAMESPACE/`.
     pub base: String,
     pub describe: String,
+    /// Each record as this process last wrote it (one-name transactions only).
+    pub written: Mutex<HashMap<String, Written>>,
 }
 
 /// One name as read: its rows, and the version to write it back with (none: absent).
 struct Read {
     rows: Rows,
     version: Option<String>,
+}
+
+/// A record as this process wrote it: its rows and version, the latest `Date` of the reads its
+/// decision was made on, and when those reads were sent (on this host's monotonic clock).
+pub struct Written {
+    rows: Rows,
+    version: String,
+    date_ms: i64,
+    sent: Instant,
+}
+
+impl Written {
+    /// The latest the server's clock can read now: `Date` is cut down to the whole second
+    /// and was read after `sent`; the elapsed time is stretched by the drift allowance.
+    fn now_at_most(&self) -> i64 {
+        let elapsed = self.sent.elapsed().as_secs_f64() * 1000.0 * 1.01;
+        self.date_ms + 1000 + elapsed.ceil() as i64
+    }
 }
 
 impl<O: Objects> Records<O> {
@@ -73,9 +99,15 @@ impl<O: Objects> Records<O> {
     }
 
     /// Write the changed records: in one atomic request where there are several and the store
-    /// has one for them (`Objects::put_all`), else in name order. `Ok(false)`: a record had
-    /// changed since it was read; none of this attempt's writes stand.
-    async fn write(&self, reads: &[Read], after: &[Rows], writer: &str) -> StoreResult<bool> {
+    /// has one for them (`Objects::put_all`), else in name order. `Ok(None)`: a record had
+    /// changed since it was read; none of this attempt's writes stand. Else the new version
+    /// of each record written one by one (an atomic request tells none).
+    async fn write(
+        &self,
+        reads: &[Read],
+        after: &[Rows],
+        writer: &str,
+    ) -> StoreResult<Option<Vec<(usize, String)>>> {
         let changed: Vec<usize> = (0..reads.len())
             .filter(|&i| changes(&reads[i], &after[i]))
             .collect();
@@ -88,7 +120,7 @@ impl<O: Objects> Records<O> {
                     cond: cond(&reads[i]),
                 })
                 .collect();
-            return self.objects.put_all(puts).await;
+            return Ok(self.objects.put_all(puts).await?.then(Vec::new));
         }
         let mut done: Vec<(usize, String)> = Vec::new();
         for i in changed {
@@ -98,11 +130,74 @@ impl<O: Objects> Records<O> {
                 Some(version) => done.push((i, version)),
                 None => {
                     self.undo(reads, &done, writer).await?;
-                    return Ok(false);
+                    return Ok(None);
                 }
             }
         }
-        Ok(true)
+        Ok(Some(done))
+    }
+
+    /// Keep what a one-name transaction wrote (see `Written`); forget the names otherwise.
+    fn remember(
+        &self,
+        names: &[String],
+        wrote: Option<(Vec<(usize, String)>, &[Rows], i64, Instant)>,
+    ) {
+        let mut written = self.written.lock().unwrap();
+        for n in names {
+            written.remove(n);
+        }
+        let Some((versions, after, date_ms, sent)) = wrote else {
+            return;
+        };
+        if let ([name], [(0, version)]) = (names, versions.as_slice()) {
+            let w = Written {
+                rows: after[0].clone(),
+                version: version.clone(),
+                date_ms,
+                sent,
+            };
+            written.insert(name.clone(), w);
+        }
+    }
+
+    /// A release (or any decision that writes and writes no holder row) decided on the record
+    /// as this process last wrote it, and written on condition that it is still that version:
+    /// one request instead of a read and a write. Taken only where its decision is the one a
+    /// fresh read would give: one name, a record this process wrote, every holder in it live
+    /// even at the latest the server's clock can read now (`Written::now_at_most`), and a
+    /// decision that writes no holder (no expiry reckoned from that clock). `Ok(false)`: not
+    /// taken, or the record had changed: the caller reads and decides as usual.
+    async fn release_as_written(&self, names: &[String], decide: Decide<'_>) -> StoreResult<bool> {
+        let [name] = names else {
+            return Ok(false);
+        };
+        let Some(w) = self.written.lock().unwrap().remove(name) else {
+            return Ok(false);
+        };
+        let now = w.now_at_most();
+        if w.rows.holders.iter().any(|h| h.expires <= now) {
+            return Ok(false);
+        }
+        let mut rows = vec![w.rows.clone()];
+        let decision = decide(now, &mut rows);
+        let holder = |x: &Write| matches!(x, Write::PutHolder { .. });
+        if decision.writes.is_empty() || decision.writes.iter().any(holder) {
+            return Ok(false);
+        }
+        let reads = [Read {
+            rows: w.rows,
+            version: Some(w.version),
+        }];
+        let after = settled(&reads, &rows, &decision.writes);
+        let sent = Instant::now();
+        let wrote = self.write(&reads, &after, writer(&decision.writes)).await;
+        let versions = wrote.as_ref().ok().cloned().flatten();
+        self.remember(
+            names,
+            versions.map(|v| (v, after.as_slice(), w.date_ms, sent)),
+        );
+        Ok(wrote?.is_some())
     }
 
     /// Put back the records written so far (a multi-name grant that lost on a later name).
@@ -192,6 +287,17 @@ pub fn apply(rows: &mut [Rows], writes: &[Write]) {
     }
 }
 
+/// The records to write: as read, with the decision's writes applied (`apply`) and the
+/// engine's marker where the rules set it (`rules::mark`; never cleared).
+fn settled(reads: &[Read], decided: &[Rows], writes: &[Write]) -> Vec<Rows> {
+    let mut after: Vec<Rows> = reads.iter().map(|r| r.rows.clone()).collect();
+    apply(&mut after, writes);
+    for (a, r) in after.iter_mut().zip(decided) {
+        a.marked |= r.marked;
+    }
+    after
+}
+
 /// The token a decision writes for, if any: its records name that owner as their writer.
 fn writer(writes: &[Write]) -> &str {
     writes
@@ -226,12 +332,15 @@ impl<O: Objects> Backend for Records<O> {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<()> {
+        if !create && self.release_as_written(names, &mut *decide).await? {
+            return Ok(());
+        }
         for try_no in 0..TRIES {
+            let sent = Instant::now();
             let (reads, early, late) = self.read(names).await?;
             let mut rows: Vec<Rows> = reads.iter().map(|r| r.rows.clone()).collect();
-            // What is written starts from the records as read: a lifted counter is written
-            // only with what the rules decided (a grant), never by a busy look.
-            let mut after = rows.clone();
+            // What is written starts from the records as read (`settled`): a lifted counter
+            // is written only with what the rules decided (a grant), never by a busy look.
             if create {
                 // The rules' own floor (`Rows::floor`): the next grant passes it.
                 let clock = late.max(crate::store::wall_ms()).max(0) as u64;
@@ -241,12 +350,11 @@ impl<O: Objects> Backend for Records<O> {
                 }
             }
             let decision = decide(early, &mut rows);
-            apply(&mut after, &decision.writes);
-            // The engine's marker is set by the rules (`rules::mark`), never cleared.
-            for (a, r) in after.iter_mut().zip(&rows) {
-                a.marked |= r.marked;
-            }
-            if self.write(&reads, &after, writer(&decision.writes)).await? {
+            let after = settled(&reads, &rows, &decision.writes);
+            let wrote = self.write(&reads, &after, writer(&decision.writes)).await;
+            let versions = wrote.as_ref().ok().cloned().flatten();
+            self.remember(names, versions.map(|v| (v, after.as_slice(), late, sent)));
+            if wrote?.is_some() {
                 return Ok(());
             }
             tokio::time::sleep(backoff(try_no)).await;

@@ -117,6 +117,7 @@ impl<O: Objects> ObjectStore<O> {
                 objects,
                 base,
                 describe,
+                written: Default::default(),
             }),
         }
     }
