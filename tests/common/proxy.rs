@@ -10,6 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -38,6 +39,8 @@ pub enum Mode {
 pub struct Proxy {
     pub port: u16,
     mode: watch::Sender<Mode>,
+    /// What clients sent, from `record` on (off by default: the checker runs for minutes).
+    sent: Arc<Recording>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -50,6 +53,8 @@ impl Proxy {
         listener.set_nonblocking(true).unwrap();
         let (mode, rx) = watch::channel(Mode::Pass);
         let (stop, stopped) = oneshot::channel();
+        let sent = Arc::new(Recording::default());
+        let recording = sent.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -58,7 +63,7 @@ impl Proxy {
             rt.block_on(async move {
                 let listener = TcpListener::from_std(listener).unwrap();
                 tokio::select! {
-                    _ = listen(listener, port, target, rx) => {}
+                    _ = listen(listener, port, target, rx, recording) => {}
                     _ = stopped => {}
                 }
             });
@@ -67,6 +72,7 @@ impl Proxy {
         Proxy {
             port,
             mode,
+            sent,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -89,6 +95,28 @@ impl Proxy {
     pub fn mode(&self) -> Mode {
         *self.mode.borrow()
     }
+
+    /// Keep what clients send from now on (see `sent`), dropping what was kept before.
+    pub fn record(&self) {
+        self.sent.bytes.lock().unwrap().clear();
+        self.sent.on.store(true, Ordering::SeqCst);
+    }
+
+    /// How many times `needle` occurs in what clients sent since `record`.
+    pub fn sent(&self, needle: &str) -> usize {
+        let bytes = self.sent.bytes.lock().unwrap();
+        bytes
+            .windows(needle.len())
+            .filter(|w| *w == needle.as_bytes())
+            .count()
+    }
+}
+
+/// The bytes clients sent, while `on`.
+#[derive(Default)]
+struct Recording {
+    on: AtomicBool,
+    bytes: Mutex<Vec<u8>>,
 }
 
 impl Drop for Proxy {
@@ -104,7 +132,13 @@ impl Drop for Proxy {
 
 /// Accept while not in `Reset`; in `Reset` the listener is closed, so connecting is refused
 /// as by a node that is down, and it listens on the same port again afterwards.
-async fn listen(first: TcpListener, port: u16, target: SocketAddr, mode: watch::Receiver<Mode>) {
+async fn listen(
+    first: TcpListener,
+    port: u16,
+    target: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    sent: Arc<Recording>,
+) {
     let mut watch = mode.clone();
     let mut listener = Some(first);
     loop {
@@ -119,7 +153,7 @@ async fn listen(first: TcpListener, port: u16, target: SocketAddr, mode: watch::
             tokio::select! {
                 accepted = l.accept() => {
                     if let Ok((client, _)) = accepted {
-                        tokio::spawn(serve(client, target, mode.clone()));
+                        tokio::spawn(serve(client, target, mode.clone(), sent.clone()));
                     }
                 }
                 _ = watch.wait_for(|m| *m == Mode::Reset) => break,
@@ -149,7 +183,12 @@ async fn rebind(port: u16) -> TcpListener {
 }
 
 /// One client connection, forwarded both ways under the mode in force.
-async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<Mode>) {
+async fn serve(
+    mut client: TcpStream,
+    target: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    sent: Arc<Recording>,
+) {
     let mut m = mode.clone();
     // Across a partition not even the connection reaches the node.
     let ready = m.wait_for(|m| *m != Mode::Blackhole).await.map(|m| *m);
@@ -164,8 +203,8 @@ async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<
     {
         let (cr, cw) = client.split();
         let (sr, sw) = server.split();
-        let up = pump(cr, sw, false, mode.clone(), &lost_reply);
-        let down = pump(sr, cw, true, mode.clone(), &lost_reply);
+        let up = pump(cr, sw, Some(&sent), mode.clone(), &lost_reply);
+        let down = pump(sr, cw, None, mode.clone(), &lost_reply);
         tokio::select! {
             _ = futures_util::future::join(up, down) => return,
             _ = broken(mode, &lost_reply) => {}
@@ -194,14 +233,16 @@ fn abort(s: &TcpStream) {
 }
 
 /// One direction: a reader that keeps reading (so a delay does not pile up behind one
-/// chunk) and a writer that forwards each chunk when and if the mode lets it.
+/// chunk) and a writer that forwards each chunk when and if the mode lets it. Requests (the
+/// clients' side) come with the recording they go to; replies with none.
 async fn pump(
     mut from: tokio::net::tcp::ReadHalf<'_>,
     mut to: tokio::net::tcp::WriteHalf<'_>,
-    reply: bool,
+    requests: Option<&Recording>,
     mode: watch::Receiver<Mode>,
     lost_reply: &AtomicBool,
 ) {
+    let reply = requests.is_none();
     let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(64);
     let mut rmode = mode.clone();
     let read = async move {
@@ -215,6 +256,9 @@ async fn pump(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            if let Some(r) = requests.filter(|r| r.on.load(Ordering::SeqCst)) {
+                r.bytes.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
             if tx.send((Instant::now(), buf[..n].to_vec())).await.is_err() {
                 return;
             }

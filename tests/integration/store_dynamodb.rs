@@ -22,6 +22,37 @@ fn env() -> Env {
     Env::with_stores(vec![server().to_string()])
 }
 
+/// A proxy to the shared server, and clients of the server through it.
+fn through_proxy() -> (Proxy, Env) {
+    let port = server().split("127.0.0.1:").nth(1).unwrap();
+    let port: u16 = port[..port
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(port.len())]
+        .parse()
+        .unwrap();
+    let proxy = Proxy::to_port(port);
+    let url = server().replace(&format!("127.0.0.1:{port}"), &proxy.addr());
+    (proxy, Env::with_stores(vec![url]))
+}
+
+/// Each request is billed on AWS, and costs a round trip: a run on a name used before reads
+/// its item once. It reads the item and the shard list at once, writes the grant, and then
+/// writes the release on the version its own grant wrote, without reading the item again.
+#[test]
+fn a_run_reads_its_item_once() {
+    let (proxy, env) = through_proxy();
+    assert_code(&env.run(&["run", "once", "--", "true"]), 0);
+    proxy.record();
+    assert_code(&env.run(&["run", "once", "--", "true"]), 0);
+    let (reads, writes) = (proxy.sent(".GetItem"), proxy.sent(".PutItem"));
+    assert_eq!(
+        (reads, writes),
+        (2, 2),
+        "a run on a name used before: the item and the shard list read, the grant and the \
+         release written"
+    );
+}
+
 /// A waiter whose wall clock runs an hour fast never takes a live lock: DynamoDB's conditions
 /// have no server clock, so expiry is judged by the server's `Date`, never by this host's.
 /// (DynamoDB Local checks no signature, so the hour is not refused as AWS would refuse it.)
@@ -74,16 +105,8 @@ fn a_release_keeps_the_item_and_its_counter() {
 #[test]
 fn a_killed_multi_name_grant_leaves_all_of_its_names_or_none() {
     let direct = env();
-    let port = server().split("127.0.0.1:").nth(1).unwrap();
-    let port: u16 = port[..port
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(port.len())]
-        .parse()
-        .unwrap();
-    let proxy = Proxy::to_port(port);
+    let (proxy, slow) = through_proxy();
     proxy.set(Mode::Delay(Duration::from_secs(2)));
-    let slow = server().replace(&format!("127.0.0.1:{port}"), &proxy.addr());
-    let slow = Env::with_stores(vec![slow]);
     let (a, b) = ("atomic-a", "atomic-b");
     let mut c = slow.spawn(&[
         "--store-timeout",
