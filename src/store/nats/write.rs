@@ -63,12 +63,9 @@ impl Nats {
             if b.batch(msgs.collect()).await? == Wrote::Conflict {
                 return Ok(Step::Again);
             }
-        } else if records.len() <= 1
-            && leases.iter().all(|l| l.expect.is_none())
-            && !drops_waiters(writes)
-        {
+        } else if records.len() <= 1 && leases.iter().all(|l| l.expect.is_none()) {
             // One record: pipelined (see `in_order`).
-            if !in_order(b, &leases, records, tidy).await? {
+            if !in_order(b, &leases, records, tidy, drops_waiters(writes)).await? {
                 return Ok(Step::Again);
             }
         } else {
@@ -232,19 +229,27 @@ async fn write_records(b: &Bucket, records: Vec<Msg>, leases: &[Lease]) -> Store
 /// the record never lands before the keys it names. No lease here expects a revision (a new
 /// holder's key, a waiter's), so none can lose; if the record loses, the tidying that went
 /// out with it costs no more than after a win (a holder that left gone sooner, a waiter
-/// rung for nothing), and the new holder keys are deleted as in `write_records`.
+/// rung for nothing), and the new holder keys are deleted as in `write_records`. With
+/// `tidy_after_win` (the tidying deletes a waiter's key, whose waiter would lose its place
+/// in line if the record lost) the tidying goes out only once the record has won, and its
+/// answer is not awaited.
 async fn in_order(
     b: &Bucket,
     leases: &[Lease],
     records: Vec<Msg>,
     tidy: Vec<Msg>,
+    tidy_after_win: bool,
 ) -> StoreResult<bool> {
     let mut sent = Vec::new();
     for m in leases.iter().map(Lease::msg).chain(records) {
         sent.push(b.submit(m).await?);
     }
+    let (now, after) = match tidy_after_win {
+        true => (Vec::new(), tidy),
+        false => (tidy, Vec::new()),
+    };
     let mut later = Vec::new();
-    for m in tidy {
+    for m in now {
         later.extend(b.submit(m).await.ok());
     }
     let mut won = true;
@@ -252,6 +257,13 @@ async fn in_order(
         won &= b.acked(s).await? != Wrote::Conflict;
     }
     join_all(later.into_iter().map(|s| b.acked(s))).await;
+    if won {
+        // Handed to the connection, not awaited: a lost one leaves a key that no record
+        // names, gone at its ttl.
+        for m in after {
+            let _ = b.submit(m).await;
+        }
+    }
     if !won {
         let new = leases.iter().filter(|l| l.holder && !l.was_live);
         for r in join_all(new.map(|l| b.delete(&l.key, setup::MARKER_TTL))).await {
@@ -262,7 +274,7 @@ async fn in_order(
 }
 
 /// Whether a decision deletes a waiter's key: a waiter whose key went while its record
-/// write lost would lose its place in the line, so such a write waits for the record.
+/// write lost would lose its place in the line, so that delete waits for the record.
 fn drops_waiters(writes: &[Write]) -> bool {
     writes
         .iter()
