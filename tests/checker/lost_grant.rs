@@ -53,7 +53,10 @@ impl Run {
             std::thread::sleep(Duration::from_millis(2));
         }
         self.hold_off.store(false, Ordering::SeqCst);
-        let (code, said) = self.finish_saying(&mut child, ttl * 2 + Duration::from_secs(10));
+        // Its replies stay lost until it is done, so it may never hear its grant and wait
+        // out its -w: killed at the limit then, without the report of a hang.
+        let limit = ttl * 2 + Duration::from_secs(10);
+        let (code, said) = self.finish_as(&mut child, limit, false);
         // Healed only once the victim is done.
         drop(way);
         let said = said.trim().replace('\n', " / ");

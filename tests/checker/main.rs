@@ -44,7 +44,7 @@ use common::postgres::PgServer;
 use common::redis::{RedisCluster, RedisServer};
 use common::s3::S3Server;
 use common::zk::ZkServer;
-use common::{Env, signal, temp_dir, wait_child};
+use common::{Env, signal, temp_dir, wait_child_saying};
 
 const NAME: &str = "checked";
 
@@ -938,7 +938,18 @@ impl Run {
 
     /// `finish`, also returning what dlock said on stderr.
     fn finish_saying(&self, child: &mut Child, limit: Duration) -> (i32, String) {
-        let status = wait_child(child, limit);
+        self.finish_as(child, limit, true)
+    }
+
+    /// `finish_saying`; with `report` false, a dlock still running at `limit` is killed
+    /// without the report of its process tree (exit -1 in the tally all the same).
+    pub(crate) fn finish_as(
+        &self,
+        child: &mut Child,
+        limit: Duration,
+        report: bool,
+    ) -> (i32, String) {
+        let status = wait_child_saying(child, limit, report);
         let mut err = String::new();
         if let Some(mut e) = child.stderr.take() {
             let _ = e.read_to_string(&mut err);

@@ -340,6 +340,12 @@ extern "C" fn default_signals() {
 }
 
 pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    wait_child_saying(child, limit, true)
+}
+
+/// `wait_child`; with `report` false, a child still running at `limit` is killed without a
+/// word (a caller that expects it may stay).
+pub fn wait_child_saying(child: &mut Child, limit: Duration, report: bool) -> Option<ExitStatus> {
     let start = Instant::now();
     loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -348,11 +354,13 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
         if start.elapsed() > limit {
             // What it was doing, for the failure's report (a hang under load is otherwise
             // only "did not finish").
-            eprintln!(
-                "{} did not end within {limit:?}:\n{}",
-                child.id(),
-                tree_report(child.id())
-            );
+            if report {
+                eprintln!(
+                    "{} did not end within {limit:?}:\n{}",
+                    child.id(),
+                    tree_report(child.id())
+                );
+            }
             let _ = child.kill();
             let _ = child.wait();
             return None;
