@@ -53,6 +53,26 @@ pub struct Written {
     sent: Instant,
 }
 
+/// What a transaction wrote: each record's new version (where known), the records, and the
+/// `Date` and the sending of the reads they were decided on.
+struct Wrote<'a> {
+    versions: Vec<(usize, String)>,
+    after: &'a [Rows],
+    date_ms: i64,
+    sent: Instant,
+}
+
+impl<'a> Wrote<'a> {
+    fn new(versions: Vec<(usize, String)>, after: &'a [Rows], date_ms: i64, sent: Instant) -> Self {
+        Wrote {
+            versions,
+            after,
+            date_ms,
+            sent,
+        }
+    }
+}
+
 impl Written {
     /// The latest the server's clock can read now: `Date` is cut down to the whole second
     /// and was read after `sent`; the elapsed time is stretched by the drift allowance.
@@ -138,24 +158,20 @@ impl<O: Objects> Records<O> {
     }
 
     /// Keep what a one-name transaction wrote (see `Written`); forget the names otherwise.
-    fn remember(
-        &self,
-        names: &[String],
-        wrote: Option<(Vec<(usize, String)>, &[Rows], i64, Instant)>,
-    ) {
+    fn remember(&self, names: &[String], wrote: Option<Wrote<'_>>) {
         let mut written = self.written.lock().unwrap();
         for n in names {
             written.remove(n);
         }
-        let Some((versions, after, date_ms, sent)) = wrote else {
+        let Some(wrote) = wrote else {
             return;
         };
-        if let ([name], [(0, version)]) = (names, versions.as_slice()) {
+        if let ([name], [(0, version)]) = (names, wrote.versions.as_slice()) {
             let w = Written {
-                rows: after[0].clone(),
+                rows: wrote.after[0].clone(),
                 version: version.clone(),
-                date_ms,
-                sent,
+                date_ms: wrote.date_ms,
+                sent: wrote.sent,
             };
             written.insert(name.clone(), w);
         }
@@ -190,12 +206,13 @@ impl<O: Objects> Records<O> {
             version: Some(w.version),
         }];
         let after = settled(&reads, &rows, &decision.writes);
-        let sent = Instant::now();
         let wrote = self.write(&reads, &after, writer(&decision.writes)).await;
         let versions = wrote.as_ref().ok().cloned().flatten();
+        // Decided on no fresher clock than the one the record was written by.
+        let (date_ms, sent) = (w.date_ms, w.sent);
         self.remember(
             names,
-            versions.map(|v| (v, after.as_slice(), w.date_ms, sent)),
+            versions.map(|v| Wrote::new(v, &after, date_ms, sent)),
         );
         Ok(wrote?.is_some())
     }
@@ -353,7 +370,7 @@ impl<O: Objects> Backend for Records<O> {
             let after = settled(&reads, &rows, &decision.writes);
             let wrote = self.write(&reads, &after, writer(&decision.writes)).await;
             let versions = wrote.as_ref().ok().cloned().flatten();
-            self.remember(names, versions.map(|v| (v, after.as_slice(), late, sent)));
+            self.remember(names, versions.map(|v| Wrote::new(v, &after, late, sent)));
             if wrote?.is_some() {
                 return Ok(());
             }
