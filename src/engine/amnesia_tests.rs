@@ -164,3 +164,19 @@ async fn a_mark_that_did_not_take_is_made_at_the_next_renewal() {
     let b = engine(&m).acquire(&request(ttl), Wait::No).await;
     assert!(matches!(b, Err(EngineError::NotAcquired)), "{b:?}");
 }
+
+/// A store used alone is not marked: no other member's memory could ever outvote it, so its
+/// marker is never read, and a name's first use takes one request, the grant. The mark
+/// hangs here: a grant that waited for it would take the store timeout, twice.
+#[tokio::test(start_paused = true)]
+async fn a_store_used_alone_is_not_marked() {
+    use crate::store::fault::{Fault, FaultyStore, Op};
+    let m = members(1);
+    let faulty = Arc::new(FaultyStore::new(Arc::new(m[0].clone())));
+    faulty.set_for(Op::Mark, Fault::Hang);
+    let e = Engine::from_stores(vec![faulty as Arc<dyn Store>], STORE_TIMEOUT);
+    let t = Instant::now();
+    let a = e.acquire(&request(Duration::from_secs(5)), Wait::No).await;
+    assert!(a.is_ok(), "{a:?}");
+    assert_eq!(t, Instant::now(), "the grant waited for a mark");
+}

@@ -60,7 +60,9 @@ impl Driver for Take<'_> {
         if a.granted.len() >= need
             && let Some(lease) = engine.settle(req, t0, &a.granted).await
         {
-            if !verdict.to_mark.is_empty() {
+            // One store alone: no other member could outvote what it forgot, so its marker
+            // would never be read (a name's first use would pay a write for nothing).
+            if !verdict.to_mark.is_empty() && engine.stores().len() > 1 {
                 engine.mark(&verdict.to_mark, &req.names).await;
             }
             return Round {
