@@ -3,8 +3,12 @@ rounds, and prints each one's median and first quartile. Where hyperfine runs on
 batch after another's, a machine whose load drifts favours whichever ran in the quieter
 minutes; taking turns gives every command the same minutes. Used for the before/after
 figures in BENCHMARKS.md (two builds of dlock on one store).
+A `{n}` in a command is replaced by a new value every time it runs (`queue/{n}`: a name never
+used before, as in the README's work-queue recipe).
 Usage: python3 scripts/ab.py ROUNDS 'CMD ARGS...' 'CMD ARGS...' ...
 """
+import itertools
+import secrets
 import shlex
 import statistics
 import subprocess
@@ -16,10 +20,12 @@ def main():
     rounds = int(sys.argv[1])
     cmds = sys.argv[2:]
     times = [[] for _ in cmds]
+    fresh = (f"{secrets.token_hex(4)}-{i}" for i in itertools.count())
     for _ in range(rounds):
         for i, cmd in enumerate(cmds):
+            argv = [a.replace("{n}", next(fresh)) if "{n}" in a else a for a in shlex.split(cmd)]
             start = time.perf_counter()
-            subprocess.run(shlex.split(cmd), stdout=subprocess.DEVNULL, check=False)
+            subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)
             times[i].append(time.perf_counter() - start)
     for cmd, t in zip(cmds, times):
         t.sort()
