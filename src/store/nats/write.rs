@@ -263,8 +263,7 @@ async fn in_order(
         for m in after {
             let _ = b.submit(m).await;
         }
-    }
-    if !won {
+    } else {
         let new = leases.iter().filter(|l| l.holder && !l.was_live);
         for r in join_all(new.map(|l| b.delete(&l.key, setup::MARKER_TTL))).await {
             r?;

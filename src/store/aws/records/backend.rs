@@ -62,17 +62,6 @@ struct Wrote<'a> {
     sent: Instant,
 }
 
-impl<'a> Wrote<'a> {
-    fn new(versions: Vec<(usize, String)>, after: &'a [Rows], date_ms: i64, sent: Instant) -> Self {
-        Wrote {
-            versions,
-            after,
-            date_ms,
-            sent,
-        }
-    }
-}
-
 impl Written {
     /// The latest the server's clock can read now: `Date` is cut down to the whole second
     /// and was read after `sent`; the elapsed time is stretched by the drift allowance.
@@ -212,7 +201,12 @@ impl<O: Objects> Records<O> {
         let (date_ms, sent) = (w.date_ms, w.sent);
         self.remember(
             names,
-            versions.map(|v| Wrote::new(v, &after, date_ms, sent)),
+            versions.map(|versions| Wrote {
+                versions,
+                after: &after,
+                date_ms,
+                sent,
+            }),
         );
         Ok(wrote?.is_some())
     }
@@ -370,7 +364,15 @@ impl<O: Objects> Backend for Records<O> {
             let after = settled(&reads, &rows, &decision.writes);
             let wrote = self.write(&reads, &after, writer(&decision.writes)).await;
             let versions = wrote.as_ref().ok().cloned().flatten();
-            self.remember(names, versions.map(|v| Wrote::new(v, &after, late, sent)));
+            self.remember(
+                names,
+                versions.map(|versions| Wrote {
+                    versions,
+                    after: &after,
+                    date_ms: late,
+                    sent,
+                }),
+            );
             if wrote?.is_some() {
                 return Ok(());
             }
