@@ -52,6 +52,7 @@ macro_rules! with_conformance_properties {
             expired_holders_are_dropped_inside_the_grant,
             force_release_drops_every_holder,
             release_checks_the_owner,
+            a_release_after_another_client_moved_on_takes_nothing,
             renew_checks_the_owner,
             fences_rise,
             raise_fence_lifts_the_next_fence,
@@ -321,6 +322,29 @@ pub async fn release_checks_the_owner(subject: &Subject) {
     );
     let st = inspect(&*s, "job").await;
     assert_eq!(st.holders.len(), 1);
+    assert_eq!(st.holders[0].owner, crate::names::owner_id(&b.token));
+}
+
+/// A release decided on what this client last wrote of a name (a store may keep that, to
+/// skip a read) undoes nothing another client did since: A's lease forced out and the name
+/// granted to B by a second client, A's release frees nothing and B still holds.
+pub async fn a_release_after_another_client_moved_on_takes_nothing(subject: &Subject) {
+    let ns = namespace("moved");
+    let (one, two) = (subject.client(&ns).await, subject.client(&ns).await);
+    let a = exclusive("job");
+    grant(&*one, &a).await;
+    let names = vec!["job".to_string()];
+    assert!(within(two.force_release(&names)).await.expect("force"));
+    // Detached, as `dlock lock` takes it: the second client's session (ZooKeeper's) was opened
+    // by the force, not for a lease of this ttl.
+    let b = request(&["job"], Mode::Exclusive, TTL, true);
+    grant(&*two, &b).await;
+    assert!(
+        !release(&*one, &a).await,
+        "a stale lease's release said it held"
+    );
+    let st = inspect(&*two, "job").await;
+    assert_eq!(st.holders.len(), 1, "{st:?}");
     assert_eq!(st.holders[0].owner, crate::names::owner_id(&b.token));
 }
 
