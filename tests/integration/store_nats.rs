@@ -11,6 +11,7 @@ use async_nats::jetstream::{self, kv};
 use dlock::store::Attempt;
 
 use crate::common::nats::NatsServer;
+use crate::common::proxy::Proxy;
 use crate::common::*;
 use crate::store_redis::{one_release_wakes_one_of_five, request};
 use crate::store_s3::missing_is_78_to_every_command;
@@ -213,4 +214,48 @@ fn tls_with_a_self_signed_ca() {
     assert!(stdout(&o).trim().parse::<u64>().is_ok(), "{}", stdout(&o));
     let o = Env::with_stores(vec![at]).run(&["lock", "t", "-n"]);
     assert_code(&o, 69);
+}
+
+/// A release reads the keys of the waiters from the head of the line to the one it rings,
+/// never those behind it (each is a request, and one more round trip when it was not
+/// guessed): the releasing process (through a recording proxy) never names the second
+/// waiter's key, and the first one is rung and served.
+#[test]
+fn a_release_reads_no_key_of_the_waiters_behind_the_one_it_rings() {
+    let server = NatsServer::start();
+    let direct = Env::with_stores(vec![server.url()]);
+    let proxy = Proxy::to_port(server.port());
+    let url = server
+        .url()
+        .replace(&format!("127.0.0.1:{}", server.port()), &proxy.addr());
+    let via = Env::with_stores(vec![url]);
+    let token = stdout(&via.run(&["lock", "behind"]));
+    let waiters = |n: usize| {
+        wait_for(Duration::from_secs(10), || {
+            direct.inspect("behind")["waiters"]
+                .as_array()
+                .is_some_and(|w| w.len() == n)
+        })
+    };
+    let first = direct.spawn_run(&["behind", "-w", "30s"], "echo first");
+    assert!(waiters(1), "the first waiter never queued");
+    let second = direct.spawn_run(&["behind", "-w", "30s"], "echo second");
+    assert!(waiters(2), "the second waiter never queued");
+    let line = direct.inspect("behind")["waiters"].clone();
+    let owner = |i: usize| line[i]["owner"].as_str().unwrap().to_string();
+    proxy.record();
+    assert_code(&via.run(&["unlock", "behind", "--token", &token]), 0);
+    assert!(
+        proxy.sent(&format!(".w.{}", owner(0))) > 0,
+        "the head was not rung"
+    );
+    assert_eq!(
+        proxy.sent(&format!(".w.{}", owner(1))),
+        0,
+        "the second waiter's key read"
+    );
+    let o = finish(first, Duration::from_secs(20));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "first");
+    assert_code(&finish(second, Duration::from_secs(20)), 0);
 }

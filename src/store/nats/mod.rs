@@ -44,10 +44,11 @@ mod doctor;
 mod keys;
 mod record;
 mod setup;
+mod unread;
 mod wake;
 mod write;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,7 +56,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::record::rules::{Rows, Rules};
+use super::record::rules::{Rows, Rules, WaiterRow};
 use super::record::{Backend, Decide, RecordStore};
 use super::server::ServerUrl;
 use super::{
@@ -90,6 +91,8 @@ struct Loaded {
     record: Record,
     holders: HashMap<String, Got>,
     waiters: HashMap<String, Got>,
+    /// The waiters whose keys were not read (see `unread`): presumed live.
+    unread: HashSet<String>,
 }
 
 /// How one try of an operation ended.
@@ -132,7 +135,8 @@ impl Nats {
         Ok(())
     }
 
-    /// A name's record and the keys of everyone it names, read in parallel. With `floor` (an
+    /// A name's record and the keys of its holders, and of the waiters this process guessed
+    /// it names (the others are read only if they decide something: `unread`). With `floor` (an
     /// operation that may grant), its fence counter is read floored (see the module doc); the
     /// others see the last fence handed out, as `inspect` must show it.
     async fn load(&self, b: &Bucket, name: &str, floor: bool) -> StoreResult<Loaded> {
@@ -165,31 +169,78 @@ impl Nats {
             true => i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX),
             false => 0,
         };
-        let keys = |entries: &[record::Entry], key: &dyn Fn(&str) -> String| {
-            let tokens: Vec<String> = entries.iter().map(|e| e.token.clone()).collect();
-            let gets = tokens
-                .iter()
-                .map(|t| b.get_unless(key(t), early.get(&key(t)).cloned()))
-                .collect::<Vec<_>>();
-            (tokens, join_all(gets))
-        };
-        let (ht, hg) = keys(&record.holders, &|t| self.keys.holder(name, t));
-        let (wt, wg) = keys(&record.waiters, &|t| self.keys.waiter(t));
-        let (hg, wg) = tokio::join!(hg, wg);
-        let zip = |t: Vec<String>, g: Vec<StoreResult<Got>>| {
-            t.into_iter()
-                .zip(g)
-                .map(|(t, g)| g.map(|g| (t, g)))
-                .collect::<StoreResult<HashMap<_, _>>>()
-        };
+        // Every holder's key: a holder decides every grant.
+        let holder = |t: &str| self.keys.holder(name, t);
+        let gets = record
+            .holders
+            .iter()
+            .map(|h| b.get_unless(holder(&h.token), early.get(&holder(&h.token)).cloned()));
+        let holders = record
+            .holders
+            .iter()
+            .zip(join_all(gets).await)
+            .map(|(h, g)| g.map(|g| (h.token.clone(), g)))
+            .collect::<StoreResult<HashMap<_, _>>>()?;
+        // A waiter's key read live beside the record is known; the others are read only if
+        // the rules ask about them (see `unread`).
+        let (mut waiters, mut unread) = (HashMap::new(), HashSet::new());
+        for e in &record.waiters {
+            if let Some(g) = early.get(&self.keys.waiter(&e.token)) {
+                waiters.insert(e.token.clone(), g.clone());
+            } else {
+                unread.insert(e.token.clone());
+            }
+        }
         Ok(Loaded {
             rev: got.rev,
             present,
             floor,
             record,
-            holders: zip(ht, hg)?,
-            waiters: zip(wt, wg)?,
+            holders,
+            waiters,
+            unread,
         })
+    }
+
+    /// Read the keys of the presumed waiters the rules asked about, into every name that
+    /// names them.
+    async fn read_waiters(
+        &self,
+        b: &Bucket,
+        loaded: &mut [Loaded],
+        asked: &[String],
+    ) -> StoreResult<()> {
+        let gets = asked.iter().map(|t| b.get_owned(self.keys.waiter(t)));
+        for (token, got) in asked.iter().zip(join_all(gets).await) {
+            let got = got?;
+            for l in loaded.iter_mut() {
+                if l.unread.remove(token) {
+                    l.waiters.insert(token.clone(), got.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows the rules decide on at `now` (see `Record::rows`): a presumed waiter as one
+    /// whose key was just written.
+    fn rows_of(names: &[String], loaded: &[Loaded], now: i64) -> Vec<Rows> {
+        names
+            .iter()
+            .zip(loaded)
+            .map(|(n, l)| {
+                let left = |m: &HashMap<String, Got>, t: &str| m.get(t).and_then(Got::left_ms);
+                let waiter = |t: &str| match l.unread.contains(t) {
+                    true => Some(WAITER_TTL.as_millis() as i64),
+                    false => left(&l.waiters, t),
+                };
+                let rows = l.record.rows(n, now, |t| left(&l.holders, t), waiter);
+                Rows {
+                    floor: l.floor,
+                    ..rows
+                }
+            })
+            .collect()
     }
 
     /// One try: read, decide, write.
@@ -200,7 +251,7 @@ impl Nats {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<Step> {
-        let loaded = join_all(names.iter().map(|n| self.load(b, n, create)))
+        let mut loaded = join_all(names.iter().map(|n| self.load(b, n, create)))
             .await
             .into_iter()
             .collect::<StoreResult<Vec<_>>>()?;
@@ -215,21 +266,16 @@ impl Nats {
             return Ok(Step::Again);
         }
         let now = super::wall_ms();
-        let mut rows: Vec<Rows> = names
-            .iter()
-            .zip(&loaded)
-            .map(|(n, l)| {
-                let left = |m: &HashMap<String, Got>, t: &str| m.get(t).and_then(Got::left_ms);
-                let rows = l
-                    .record
-                    .rows(n, now, |t| left(&l.holders, t), |t| left(&l.waiters, t));
-                Rows {
-                    floor: l.floor,
-                    ..rows
-                }
-            })
-            .collect();
-        let decision = decide(now, &mut rows);
+        let (rows, decision) = loop {
+            let mut rows = Self::rows_of(names, &loaded, now);
+            let presumed = loaded.iter().flat_map(|l| l.unread.iter().cloned());
+            let (decision, asked) = unread::deciding(presumed.collect(), || decide(now, &mut rows));
+            if asked.is_empty() {
+                break (rows, decision);
+            }
+            // It depends on a waiter presumed live: decide again, knowing.
+            self.read_waiters(b, &mut loaded, &asked).await?;
+        };
         let step = self
             .apply(b, names, &loaded, &rows, now, &decision.writes)
             .await?;
@@ -346,5 +392,12 @@ impl Backend for Nats {
     /// release (a read, then a write) finds it.
     async fn release_unheard(&self, _names: &[String], _token: &str) -> Option<bool> {
         None
+    }
+
+    /// A waiter read is judged by its key (its row's expiry); one presumed live is noted, so
+    /// that the decision is made again once its key is read (see `unread`).
+    fn waiter_alive(&self, row: &WaiterRow) -> bool {
+        unread::ask(&row.token);
+        true
     }
 }
