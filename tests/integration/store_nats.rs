@@ -28,12 +28,14 @@ fn operator<F: std::future::Future<Output = ()>>(
     server: &NatsServer,
     f: impl FnOnce(jetstream::Context) -> F,
 ) {
-    runtime().block_on(async {
-        let client = async_nats::connect(format!("127.0.0.1:{}", server.port))
-            .await
-            .unwrap();
-        f(jetstream::new(client)).await;
-    });
+    runtime().block_on(async { f(jetstream::new(client(server).await)).await });
+}
+
+/// A client of the server, as an operator's tool would connect.
+async fn client(server: &NatsServer) -> async_nats::Client {
+    async_nats::connect(format!("127.0.0.1:{}", server.port))
+        .await
+        .unwrap()
 }
 
 fn fence(env: &Env, name: &str) -> u64 {
@@ -175,6 +177,70 @@ fn one_release_wakes_exactly_one_exclusive_waiter() {
         let max = Duration::from_millis(1600);
         one_release_wakes_one_of_five(&*store, "hot", &holder, max).await;
     });
+}
+
+/// The stream at its consumer limit (the server's default is 1,000 per stream, which
+/// short-lived waiters filled while each one's consumer lingered after it): a release still
+/// wakes exactly one waiter, which hears its ring without a consumer.
+#[test]
+fn one_release_wakes_one_waiter_with_the_streams_consumers_at_their_limit() {
+    let server = NatsServer::start();
+    let url = dlock::store::url::parse(&server.url()).unwrap();
+    runtime().block_on(async {
+        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
+        let holder = request("full");
+        let granted = store.try_acquire(&holder, false).await.unwrap();
+        assert!(matches!(granted, Attempt::Granted(_)));
+        let stream = jetstream::new(client(&server).await)
+            .get_stream("KV_locks")
+            .await
+            .unwrap();
+        let config = || jetstream::consumer::push::Config {
+            deliver_subject: "nobody".into(),
+            ..Default::default()
+        };
+        let mut made = 0;
+        while stream.create_consumer(config()).await.is_ok() {
+            made += 1;
+            assert!(made < 100_000, "the server has no consumer limit");
+        }
+        let max = Duration::from_millis(1600);
+        one_release_wakes_one_of_five(&*store, "full", &holder, max).await;
+    });
+}
+
+/// A waiter leaves nothing on the server for long: the consumer that tells it of holders'
+/// expiries goes within seconds of it (the server's count of the stream's consumers is
+/// back to none well inside the 30 s a watch of async-nats lingered).
+#[test]
+fn waiters_leave_no_consumer_behind() {
+    let server = NatsServer::start();
+    let env = Env::with_stores(vec![server.url()]);
+    let token = stdout(&env.run(&["lock", "gone"]));
+    let waiters: Vec<Child> = (0..5)
+        .map(|_| env.spawn_run(&["gone", "-w", "30s"], "true"))
+        .collect();
+    let queued = || env.inspect("gone")["waiters"].as_array().map(Vec::len) == Some(5);
+    assert!(
+        wait_for(Duration::from_secs(10), queued),
+        "the waiters never queued"
+    );
+    assert_code(&env.run(&["unlock", "gone", "--token", &token]), 0);
+    for w in waiters {
+        assert_code(&finish(w, Duration::from_secs(20)), 0);
+    }
+    let consumers = || {
+        runtime().block_on(async {
+            let js = jetstream::new(client(&server).await);
+            let mut stream = js.get_stream("KV_locks").await.unwrap();
+            stream.info().await.unwrap().state.consumer_count
+        })
+    };
+    assert!(
+        wait_for(Duration::from_secs(15), || consumers() == 0),
+        "{} consumers left",
+        consumers()
+    );
 }
 
 #[test]

@@ -172,7 +172,8 @@ impl Bucket {
             .await
     }
 
-    fn subject(&self, key: &str) -> String {
+    /// The subject of `key` (a key of the bucket, or a wildcard of keys).
+    pub fn subject(&self, key: &str) -> String {
         format!("$KV.{}.{key}", self.name)
     }
 

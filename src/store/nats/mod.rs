@@ -78,6 +78,8 @@ pub struct Nats {
     /// wrote it: the next operation on it (a release after a grant) reads them beside the
     /// record instead of after it, one round trip less.
     seen: Mutex<HashMap<String, Vec<String>>>,
+    /// For a waiter's subscriptions (`wake`).
+    client: async_nats::Client,
 }
 
 /// One name as an operation read it.
@@ -110,7 +112,7 @@ impl Nats {
     ) -> StoreResult<NatsStore> {
         let mut url = url.clone();
         let (client, options) = setup::connect(&mut url, timeout).await?;
-        let js = setup::context(client, timeout);
+        let js = setup::context(client.clone(), timeout);
         // Checked in the background: the first read goes out beside the check.
         let bucket = Bucket::new(js, options.bucket, options.create).await?;
         Ok(RecordStore::new(Nats {
@@ -119,6 +121,7 @@ impl Nats {
             create: options.create,
             desc: url.to_string(),
             seen: Mutex::default(),
+            client,
         }))
     }
 
@@ -346,9 +349,10 @@ impl Backend for Nats {
 
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         let b = self.bucket();
-        let own = self.keys.waiter(token);
+        let own = b.subject(&self.keys.waiter(token));
+        let holders = b.subject(&self.keys.holders_everywhere());
         let kv = &b.checked().await?.kv;
-        let bell = wake::Bell::open(kv, own, self.keys.holders_everywhere()).await;
+        let bell = wake::Bell::open(&self.client, kv, own, holders).await;
         Ok(Box::new(bell))
     }
 

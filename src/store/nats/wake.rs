@@ -1,19 +1,32 @@
-//! How a waiter learns that it may look again: a watch on the bucket (an ordered consumer
-//! the server pushes to) over two kinds of keys.
+//! How a waiter learns that it may look again, from two kinds of keys:
 //!
 //! - Its own key (`NS.w.TOKEN`): a release rings the longest-waiting live waiter of the name
-//!   by writing `wake` there (`record::rules` picks one: never the herd).
+//!   by writing `wake` there (`record::rules` picks one: never the herd). The waiter hears it
+//!   through a plain subscription to the key's subject, which the server delivers as the
+//!   write is published: no state on the server, nothing left behind when the waiter goes.
+//!   It is made before the waiter's first write names it (on the same connection, so the
+//!   server has it first): no ring can come before it.
 //! - The namespace's holder keys, for the server's marker of an expiry only: a holder that
-//!   died is released by nobody. A release deletes its holder key, which the watch tells
-//!   apart (a delete, and the marker its own expiry leaves a second later on a key the
-//!   watch saw deleted), so releases wake no one but the one rung.
+//!   died is released by nobody. The server writes those markers into the stream without
+//!   publishing them, so only a consumer of the stream sees them: a push consumer on the
+//!   holder keys, delivering to a subscription of its own, that the server drops within
+//!   `FORGET` of the waiter going (a killed waiter included). A release deletes its holder
+//!   key, which the consumer tells apart (a delete, and the marker its own expiry leaves a
+//!   second later on a key seen deleted), so releases wake no one but the one rung.
 //!
-//! A lost watch (the server restarted) leaves the waiter looking again every `MAX_POLL`.
+//! The consumer is best effort: a stream at its consumer limit (the server's default is
+//! 1,000 per stream), or a server restarted (which forgets it), leaves the waiter without
+//! it, and the waiter then learns of a dead holder at the lease's end, when it looks again
+//! anyway. Rings never depend on it. (A watch from async-nats lingered 30 s after every
+//! waiter, so a busy lock filled the stream's consumer limit, and waiters then missed their
+//! rings and waited for their next look.)
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use async_nats::jetstream::kv::{Operation, Store, Watch};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, push};
+use async_nats::jetstream::kv::Store;
+use async_nats::{Client, Message, Subscriber};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 
@@ -24,22 +37,73 @@ pub const RING: &[u8] = b"wake";
 /// What a waiter writes to its key while it waits.
 pub const WAITING: &[u8] = b"wait";
 
+/// How soon the server drops the holder-key consumer of a waiter gone.
+const FORGET: Duration = Duration::from_secs(2);
+
 pub struct Bell {
-    watch: Option<Watch>,
-    own: String,
+    ring: Option<Subscriber>,
+    expiry: Option<Subscriber>,
     /// Holder keys seen deleted (released), whose marker is not an expiry.
     deleted: HashSet<String>,
 }
 
 impl Bell {
-    /// Watch `own` (the waiter's key) and every key under `holders` (a wildcard subject).
-    pub async fn open(kv: &Store, own: String, holders: String) -> Bell {
-        let watch = kv.watch_many([own.as_str(), holders.as_str()]).await.ok();
+    /// Hear rings on `own` (the waiter key's subject), and expiries of the holder keys under
+    /// `holders` (a wildcard subject) through a consumer of `kv`'s stream.
+    pub async fn open(client: &Client, kv: &Store, own: String, holders: String) -> Bell {
+        let ring = client.subscribe(own).await.ok();
+        let expiry = expiries(client, kv, holders).await;
         Bell {
-            watch,
-            own,
+            ring,
+            expiry,
             deleted: HashSet::new(),
         }
+    }
+
+    /// Whether a message on a holder key is the marker of its expiry (not of a release).
+    fn expired(&mut self, m: &Message) -> bool {
+        let key = m.subject.to_string();
+        let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).cloned();
+        if header("Nats-Marker-Reason").is_some() {
+            // A released holder's key was deleted, and the delete's own expiry brings the
+            // server's marker a second later: that is no expiry of a lease.
+            return !self.deleted.remove(&key);
+        }
+        match header("KV-Operation").as_ref().map(|v| v.as_str()) {
+            Some("DEL") => {
+                self.deleted.insert(key);
+                false
+            }
+            Some("PURGE") => !self.deleted.remove(&key),
+            _ => false,
+        }
+    }
+}
+
+/// A push consumer of the holder keys' changes, delivering to a subscription made first.
+async fn expiries(client: &Client, kv: &Store, holders: String) -> Option<Subscriber> {
+    let inbox = client.new_inbox();
+    let sub = client.subscribe(inbox.clone()).await.ok()?;
+    let config = push::Config {
+        deliver_subject: inbox,
+        description: Some("dlock waiter: holder expiries".into()),
+        filter_subject: holders,
+        deliver_policy: DeliverPolicy::New,
+        ack_policy: AckPolicy::None,
+        inactive_threshold: FORGET,
+        memory_storage: true,
+        num_replicas: 1,
+        ..Default::default()
+    };
+    kv.stream.create_consumer(config).await.ok()?;
+    Some(sub)
+}
+
+/// The next message of `sub`, or never when there is none (a lost subscription stays lost).
+async fn next(sub: &mut Option<Subscriber>) -> Option<Message> {
+    match sub.as_mut() {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -47,41 +111,20 @@ impl Bell {
 impl Listener for Bell {
     async fn changed(&mut self, max: Duration) {
         let deadline = tokio::time::Instant::now() + max;
-        let Some(watch) = self.watch.as_mut() else {
-            tokio::time::sleep_until(deadline).await;
-            return;
-        };
         loop {
-            match tokio::time::timeout_at(deadline, watch.next()).await {
-                Err(_) => return,
-                Ok(Some(Ok(e))) => {
-                    let rung = e.operation == Operation::Put && e.value.as_ref() == RING;
-                    if e.key == self.own {
-                        if rung {
-                            return;
-                        }
-                        continue;
-                    }
-                    // A released holder's key was deleted, and the delete's own expiry
-                    // brings the server's marker a second later: that is no expiry of a
-                    // lease (and would wake every waiter).
-                    let expired = match e.operation {
-                        Operation::Delete => {
-                            self.deleted.insert(e.key);
-                            false
-                        }
-                        Operation::Purge => !self.deleted.remove(&e.key),
-                        Operation::Put => false,
-                    };
-                    if expired {
-                        return;
-                    }
-                }
-                Ok(_) => {
-                    self.watch = None;
-                    tokio::time::sleep_until(deadline).await;
-                    return;
-                }
+            let got = tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return,
+                m = next(&mut self.ring) => match m {
+                    Some(m) if m.payload.as_ref() == RING => return,
+                    Some(_) => continue,
+                    None => { self.ring = None; continue }
+                },
+                m = next(&mut self.expiry) => m,
+            };
+            match got {
+                Some(m) if self.expired(&m) => return,
+                Some(_) => {}
+                None => self.expiry = None,
             }
         }
     }
