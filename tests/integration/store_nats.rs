@@ -209,6 +209,29 @@ fn one_release_wakes_one_waiter_with_the_streams_consumers_at_their_limit() {
     });
 }
 
+/// A user who may subscribe to its inboxes only (as KV-only permissions often are): the
+/// server refuses the waiters' plain subscriptions to their keys, and a release still wakes
+/// exactly one of them, through its consumer.
+#[test]
+fn one_release_wakes_one_waiter_of_a_user_who_may_subscribe_to_inboxes_only() {
+    let dir = temp_dir();
+    let conf = dir.path().join("nats.conf");
+    let users = r#"authorization { users = [ { user: kv, password: kvpass, permissions: {
+        publish: ["$JS.API.>", "$KV.locks.>"], subscribe: ["_INBOX.>"] } } ] }"#;
+    std::fs::write(&conf, users).unwrap();
+    let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
+    let url = format!("nats://kv:kvpass@127.0.0.1:{}/locks?create=1", server.port);
+    let url = dlock::store::url::parse(&url).unwrap();
+    runtime().block_on(async {
+        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
+        let holder = request("inbox");
+        let granted = store.try_acquire(&holder, false).await.unwrap();
+        assert!(matches!(granted, Attempt::Granted(_)));
+        let max = Duration::from_millis(1600);
+        one_release_wakes_one_of_five(&*store, "inbox", &holder, max).await;
+    });
+}
+
 /// A waiter leaves nothing on the server for long: the consumer that tells it of holders'
 /// expiries goes within seconds of it (the server's count of the stream's consumers is
 /// back to none well inside the 30 s a watch of async-nats lingered).

@@ -5,21 +5,24 @@
 //!   through a plain subscription to the key's subject, which the server delivers as the
 //!   write is published: no state on the server, nothing left behind when the waiter goes.
 //!   It is made before the waiter's first write names it (on the same connection, so the
-//!   server has it first): no ring can come before it.
+//!   server has it first): no ring can come before it. The consumer below delivers the ring
+//!   too, for a user allowed to subscribe to its inboxes only (as KV-only permissions often
+//!   are: the server then refuses the plain subscription); a ring heard twice wakes once.
 //! - The namespace's holder keys, for the server's marker of an expiry only: a holder that
 //!   died is released by nobody. The server writes those markers into the stream without
 //!   publishing them, so only a consumer of the stream sees them: a push consumer on the
-//!   holder keys, delivering to a subscription of its own, that the server drops within
-//!   `FORGET` of the waiter going (a killed waiter included). A release deletes its holder
-//!   key, which the consumer tells apart (a delete, and the marker its own expiry leaves a
-//!   second later on a key seen deleted), so releases wake no one but the one rung.
+//!   holder keys (and the waiter's own), delivering to a subscription of its own, that the
+//!   server drops within `FORGET` of the waiter going (a killed waiter included). A release
+//!   deletes its holder key, which the consumer tells apart (a delete, and the marker its own
+//!   expiry leaves a second later on a key seen deleted), so releases wake no one but the
+//!   one rung.
 //!
 //! The consumer is best effort: a stream at its consumer limit (the server's default is
 //! 1,000 per stream), or a server restarted (which forgets it), leaves the waiter without
 //! it, and the waiter then learns of a dead holder at the lease's end, when it looks again
-//! anyway. Rings never depend on it. (A watch from async-nats lingered 30 s after every
-//! waiter, so a busy lock filled the stream's consumer limit, and waiters then missed their
-//! rings and waited for their next look.)
+//! anyway. Rings depend on it only where the plain subscription is refused. (A watch from
+//! async-nats lingered 30 s after every waiter, so a busy lock filled the stream's consumer
+//! limit, and waiters then missed their rings and waited for their next look.)
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -37,27 +40,48 @@ pub const RING: &[u8] = b"wake";
 /// What a waiter writes to its key while it waits.
 pub const WAITING: &[u8] = b"wait";
 
-/// How soon the server drops the holder-key consumer of a waiter gone.
+/// How soon the server drops the consumer of a waiter gone.
 const FORGET: Duration = Duration::from_secs(2);
 
 pub struct Bell {
+    /// The waiter key's subject, subscribed to.
+    own: String,
     ring: Option<Subscriber>,
-    expiry: Option<Subscriber>,
+    /// The consumer's deliveries: the waiter's key and the holder keys.
+    keys: Option<Subscriber>,
+    /// Rings heard on each path (the subscription, the consumer), and rings acted on: a
+    /// ring is new when a path has heard more than were acted on.
+    heard: [u64; 2],
+    acted: u64,
     /// Holder keys seen deleted (released), whose marker is not an expiry.
     deleted: HashSet<String>,
 }
 
 impl Bell {
     /// Hear rings on `own` (the waiter key's subject), and expiries of the holder keys under
-    /// `holders` (a wildcard subject) through a consumer of `kv`'s stream.
+    /// `holders` (a wildcard subject), through a consumer of `kv`'s stream that delivers the
+    /// rings too.
     pub async fn open(client: &Client, kv: &Store, own: String, holders: String) -> Bell {
-        let ring = client.subscribe(own).await.ok();
-        let expiry = expiries(client, kv, holders).await;
+        let ring = client.subscribe(own.clone()).await.ok();
+        let keys = consumer(client, kv, vec![own.clone(), holders]).await;
         Bell {
+            own,
             ring,
-            expiry,
+            keys,
+            heard: [0; 2],
+            acted: 0,
             deleted: HashSet::new(),
         }
+    }
+
+    /// A ring heard on `path`: whether it is one not acted on yet.
+    fn rung(&mut self, path: usize) -> bool {
+        self.heard[path] += 1;
+        if self.heard[path] <= self.acted {
+            return false;
+        }
+        self.acted = self.heard[path];
+        true
     }
 
     /// Whether a message on a holder key is the marker of its expiry (not of a release).
@@ -80,14 +104,14 @@ impl Bell {
     }
 }
 
-/// A push consumer of the holder keys' changes, delivering to a subscription made first.
-async fn expiries(client: &Client, kv: &Store, holders: String) -> Option<Subscriber> {
+/// A push consumer of the changes of `subjects`, delivering to a subscription made first.
+async fn consumer(client: &Client, kv: &Store, subjects: Vec<String>) -> Option<Subscriber> {
     let inbox = client.new_inbox();
     let sub = client.subscribe(inbox.clone()).await.ok()?;
     let config = push::Config {
         deliver_subject: inbox,
-        description: Some("dlock waiter: holder expiries".into()),
-        filter_subject: holders,
+        description: Some("dlock waiter".into()),
+        filter_subjects: subjects,
         deliver_policy: DeliverPolicy::New,
         ack_policy: AckPolicy::None,
         inactive_threshold: FORGET,
@@ -112,19 +136,25 @@ impl Listener for Bell {
     async fn changed(&mut self, max: Duration) {
         let deadline = tokio::time::Instant::now() + max;
         loop {
-            let got = tokio::select! {
+            let (path, got) = tokio::select! {
                 () = tokio::time::sleep_until(deadline) => return,
-                m = next(&mut self.ring) => match m {
-                    Some(m) if m.payload.as_ref() == RING => return,
-                    Some(_) => continue,
-                    None => { self.ring = None; continue }
-                },
-                m = next(&mut self.expiry) => m,
+                m = next(&mut self.ring) => (0, m),
+                m = next(&mut self.keys) => (1, m),
             };
-            match got {
-                Some(m) if self.expired(&m) => return,
-                Some(_) => {}
-                None => self.expiry = None,
+            let Some(m) = got else {
+                // Lost (a server restarted forgets the consumer): the other path goes on.
+                match path {
+                    0 => self.ring = None,
+                    _ => self.keys = None,
+                }
+                continue;
+            };
+            let woken = match m.subject.as_str() == self.own {
+                true => m.payload.as_ref() == RING && self.rung(path),
+                false => self.expired(&m),
+            };
+            if woken {
+                return;
             }
         }
     }
