@@ -163,20 +163,27 @@ fn an_abandoned_lease_ends_by_the_servers_expiry_after_a_renewal() {
     assert_eq!(stdout(&o).trim(), "expired");
 }
 
+/// On the store at `url`: a holder of `name`, then `meanwhile`, then one release among five
+/// queued exclusive waiters wakes exactly one of them.
+fn one_release_wakes_one(url: &str, name: &str, meanwhile: impl Future<Output = ()>) {
+    let url = dlock::store::url::parse(url).unwrap();
+    runtime().block_on(async {
+        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
+        let holder = request(name);
+        let granted = store.try_acquire(&holder, false).await.unwrap();
+        assert!(matches!(granted, Attempt::Granted(_)));
+        meanwhile.await;
+        // A release's tombstone expires a second later: the listeners wait past it.
+        let max = Duration::from_millis(1600);
+        one_release_wakes_one_of_five(&*store, name, &holder, max).await;
+    });
+}
+
 /// Five queued exclusive waiters, one release: exactly one waiter's listener fires.
 #[test]
 fn one_release_wakes_exactly_one_exclusive_waiter() {
     let server = NatsServer::start();
-    let url = dlock::store::url::parse(&server.url()).unwrap();
-    runtime().block_on(async {
-        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
-        let holder = request("hot");
-        let granted = store.try_acquire(&holder, false).await.unwrap();
-        assert!(matches!(granted, Attempt::Granted(_)));
-        // A release's tombstone expires a second later: the listeners wait past it.
-        let max = Duration::from_millis(1600);
-        one_release_wakes_one_of_five(&*store, "hot", &holder, max).await;
-    });
+    one_release_wakes_one(&server.url(), "hot", async {});
 }
 
 /// The stream at its consumer limit (the server's default is 1,000 per stream, which
@@ -185,16 +192,9 @@ fn one_release_wakes_exactly_one_exclusive_waiter() {
 #[test]
 fn one_release_wakes_one_waiter_with_the_streams_consumers_at_their_limit() {
     let server = NatsServer::start();
-    let url = dlock::store::url::parse(&server.url()).unwrap();
-    runtime().block_on(async {
-        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
-        let holder = request("full");
-        let granted = store.try_acquire(&holder, false).await.unwrap();
-        assert!(matches!(granted, Attempt::Granted(_)));
-        let stream = jetstream::new(client(&server).await)
-            .get_stream("KV_locks")
-            .await
-            .unwrap();
+    let fill = async {
+        let js = jetstream::new(client(&server).await);
+        let stream = js.get_stream("KV_locks").await.unwrap();
         let config = || jetstream::consumer::push::Config {
             deliver_subject: "nobody".into(),
             ..Default::default()
@@ -204,9 +204,8 @@ fn one_release_wakes_one_waiter_with_the_streams_consumers_at_their_limit() {
             made += 1;
             assert!(made < 100_000, "the server has no consumer limit");
         }
-        let max = Duration::from_millis(1600);
-        one_release_wakes_one_of_five(&*store, "full", &holder, max).await;
-    });
+    };
+    one_release_wakes_one(&server.url(), "full", fill);
 }
 
 /// A user who may subscribe to its inboxes only (as KV-only permissions often are): the
@@ -221,15 +220,7 @@ fn one_release_wakes_one_waiter_of_a_user_who_may_subscribe_to_inboxes_only() {
     std::fs::write(&conf, users).unwrap();
     let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
     let url = format!("nats://kv:kvpass@127.0.0.1:{}/locks?create=1", server.port);
-    let url = dlock::store::url::parse(&url).unwrap();
-    runtime().block_on(async {
-        let store = url.open("default", Duration::from_secs(2)).await.unwrap();
-        let holder = request("inbox");
-        let granted = store.try_acquire(&holder, false).await.unwrap();
-        assert!(matches!(granted, Attempt::Granted(_)));
-        let max = Duration::from_millis(1600);
-        one_release_wakes_one_of_five(&*store, "inbox", &holder, max).await;
-    });
+    one_release_wakes_one(&url, "inbox", async {});
 }
 
 /// A waiter leaves nothing on the server for long: the consumer that tells it of holders'
