@@ -28,8 +28,9 @@
 //! and created again or a server come back empty starts above every fence it handed out
 //! before. `inspect` shows the counter itself: the last fence handed out.
 //!
-//! **Waiting** is a watch (`wake`): a release rings one waiter's key, an expiry shows as the
-//! server's marker on a holder key.
+//! **Waiting** (`wake`): a release rings one waiter's key, which the waiter subscribes to; an
+//! expiry shows as the server's marker on a holder key, which a consumer of the waiter's
+//! delivers. A waiter's key is read only when its life decides something (`unread`).
 //!
 //! **Several names** (`multilock`) are several records, written with the lease keys as one
 //! atomic batch (`allow_atomic`, NATS 2.12: all of it or nothing, every message with its
