@@ -114,10 +114,6 @@ impl NatsServer {
         self.url_of("locks")
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// Freeze the server (it keeps its port but answers nothing).
     pub fn pause(&self) {
         if let Some(c) = &self.child {

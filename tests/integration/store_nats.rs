@@ -304,10 +304,10 @@ fn tls_with_a_self_signed_ca() {
 fn a_release_reads_no_key_of_the_waiters_behind_the_one_it_rings() {
     let server = NatsServer::start();
     let direct = Env::with_stores(vec![server.url()]);
-    let proxy = Proxy::to_port(server.port());
+    let proxy = Proxy::to_port(server.port);
     let url = server
         .url()
-        .replace(&format!("127.0.0.1:{}", server.port()), &proxy.addr());
+        .replace(&format!("127.0.0.1:{}", server.port), &proxy.addr());
     let via = Env::with_stores(vec![url]);
     let token = stdout(&via.run(&["lock", "behind"]));
     let waiters = |n: usize| {
