@@ -12,6 +12,19 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
+/// Whether `path` is on a tmpfs (`statfs`' f_type, linux/magic.h); None if it cannot be
+/// told (no such path, a path with a NUL).
+pub fn tmpfs(path: &std::path::Path) -> Option<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs fills the zeroed struct it is given; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_type == libc::TMPFS_MAGIC)
+}
+
 /// Random bits straight from the kernel (getrandom(2)), for tokens and jitter. A user-space
 /// generator (rand's ThreadRng) probes the CPU's features by `cpuid` when first used, and a
 /// virtual machine traps every `cpuid`: that probe was 60-70 us of each `run` measured here,

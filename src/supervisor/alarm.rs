@@ -73,7 +73,8 @@ impl Alarm {
         mut env: Vec<(&'static str, String)>,
         out: &Output,
     ) -> Alarm {
-        let file = match LeaseFile::create() {
+        let fences: Vec<u64> = lease.grants.iter().map(|g| g.fence).collect();
+        let file = match LeaseFile::create(&lease_text(State::Held, lease.deadline, &fences)) {
             Ok(f) => Some(f),
             Err(e) => {
                 // The job runs without it (DLOCK_LEASE_FILE unset): never a reason to refuse.
@@ -86,17 +87,15 @@ impl Alarm {
         if let Some(path) = file.as_ref().and_then(|f| f.path.to_str()) {
             env.push(("DLOCK_LEASE_FILE", path.to_string()));
         }
-        let alarm = Alarm {
+        Alarm {
             warnings,
             state: State::Held,
             deadline: lease.deadline,
             file,
             env,
             names: lease.req.names.clone(),
-            fences: lease.grants.iter().map(|g| g.fence).collect(),
-        };
-        alarm.write(lease.deadline);
-        alarm
+            fences,
+        }
     }
 
     /// The lease's variables, `DLOCK_LEASE_FILE` among them when there is a file.
@@ -200,17 +199,8 @@ impl Alarm {
 
     fn write(&self, deadline: Instant) {
         let Some(file) = &self.file else { return };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let fences: Vec<String> = self.fences.iter().map(u64::to_string).collect();
-        let text = format!(
-            "state={}\ndeadline_unix_ms={}\nfence={}\nupdated_unix_ms={}\n",
-            self.state.word(),
-            unix_ms(SystemTime::now() + left),
-            fences.join(","),
-            unix_ms(SystemTime::now()),
-        );
         // A failed write leaves the last state in place; the job is not stopped for it.
-        let _ = file.replace(&text);
+        let _ = file.replace(&lease_text(self.state, deadline, &self.fences));
     }
 }
 
@@ -225,31 +215,32 @@ pub fn late_at(deadline: Instant, ttl: Duration) -> Instant {
     deadline - ttl / 2
 }
 
-/// The lease file: `lease` in a private directory of its own in the runtime dir, replaced
-/// whole (a temporary file renamed over it), so a reader sees one state or the next, never
-/// half a file. The directory goes when the run ends.
+/// The lease file: `lease` in a private directory of its own in the runtime dir (see
+/// `runtime_dir`), replaced whole (a temporary file renamed over it), so a reader sees one
+/// state or the next, never half a file. The directory goes when the run ends.
 struct LeaseFile {
     dir: PathBuf,
     path: PathBuf,
 }
 
 impl LeaseFile {
-    fn create() -> std::io::Result<LeaseFile> {
+    /// The directory and its first content, written in place: nobody knows the path yet.
+    fn create(text: &str) -> std::io::Result<LeaseFile> {
         use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .filter(|p| p.is_dir())
-            .unwrap_or_else(std::env::temp_dir);
         // Named by pid and a random part, made with 0700 and never reused: nobody else can
         // have put a file or a link in it.
-        let dir = base.join(format!(
+        let dir = runtime_dir().join(format!(
             "dlock-lease-{}-{:08x}",
             sys::pid(),
             sys::random_u64() as u32
         ));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        let path = dir.join("lease");
-        Ok(LeaseFile { dir, path })
+        let file = LeaseFile {
+            path: dir.join("lease"),
+            dir,
+        };
+        std::fs::write(&file.path, text)?;
+        Ok(file)
     }
 
     fn replace(&self, text: &str) -> std::io::Result<()> {
@@ -259,6 +250,37 @@ impl LeaseFile {
         drop(f);
         std::fs::rename(&tmp, &self.path)
     }
+}
+
+/// The lease file's content: `KEY=VALUE` lines (see the README's `DLOCK_LEASE_FILE`).
+fn lease_text(state: State, deadline: Instant, fences: &[u64]) -> String {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let fences: Vec<String> = fences.iter().map(u64::to_string).collect();
+    format!(
+        "state={}\ndeadline_unix_ms={}\nfence={}\nupdated_unix_ms={}\n",
+        state.word(),
+        unix_ms(SystemTime::now() + left),
+        fences.join(","),
+        unix_ms(SystemTime::now()),
+    )
+}
+
+/// Where lease files go: `$XDG_RUNTIME_DIR`, else `/dev/shm` if it is a tmpfs, else the
+/// temporary directory. A session-less run (cron, CI, a service, root over ssh) has no
+/// runtime dir, and `/tmp` is often a disk file system: there the directory, the file and
+/// their removal are journalled metadata writes, 0.3 ms of every run's 3.5 ms measured here.
+/// The file is small and lives as long as its run: memory is where it belongs.
+fn runtime_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)
+        && x.is_dir()
+    {
+        return x;
+    }
+    let shm = PathBuf::from("/dev/shm");
+    if sys::tmpfs(&shm) == Some(true) {
+        return shm;
+    }
+    std::env::temp_dir()
 }
 
 impl Drop for LeaseFile {

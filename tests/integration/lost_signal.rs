@@ -228,3 +228,28 @@ fn a_signal_that_cannot_warn_is_a_usage_error() {
         assert!(stderr(&o).contains(bad), "{}", stderr(&o));
     }
 }
+
+/// A run without a runtime dir (cron, CI, a service) keeps its lease file in memory: in
+/// /dev/shm, a tmpfs on every Linux with glibc, not in /tmp, which is often on disk (every
+/// create and remove a journalled write). It is whole from the start and goes with the run.
+#[test]
+fn without_a_runtime_dir_the_lease_file_is_in_memory_and_goes_with_the_run() {
+    let env = Env::file();
+    let mut c = env.cmd();
+    c.env_remove("XDG_RUNTIME_DIR");
+    c.args(["run", "job", "--", "sh", "-c"]);
+    c.arg(r#"echo "$DLOCK_LEASE_FILE"; head -n 1 "$DLOCK_LEASE_FILE""#);
+    let o = output_within(c, LIMIT);
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let mut said = out.lines();
+    let path = Path::new(said.next().unwrap_or_default());
+    assert!(
+        path.starts_with("/dev/shm") && path.to_string_lossy().contains("/dlock-lease-"),
+        "lease file at {path:?}; {}",
+        stderr(&o)
+    );
+    assert_eq!(said.next(), Some("state=held"), "{out}");
+    let dir = path.parent().unwrap();
+    assert!(!dir.exists(), "{dir:?} left behind");
+}

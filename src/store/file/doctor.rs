@@ -10,9 +10,7 @@ use std::path::Path;
 
 use super::Files;
 use crate::store::{Finding, Health, HealthQuery, Severity, StoreResult};
-
-/// `statfs`' f_type of a tmpfs (linux/magic.h).
-const TMPFS_MAGIC: i64 = 0x0102_1994;
+use crate::sys;
 
 impl Files {
     pub(super) fn doctor(&self, _q: HealthQuery) -> StoreResult<Health> {
@@ -46,7 +44,7 @@ impl Files {
         }
         h.findings.push(self.host_finding(in_use));
         h.findings.extend(room(&self.0.dir));
-        let on_tmpfs = tmpfs(&self.0.dir);
+        let on_tmpfs = sys::tmpfs(&self.0.dir);
         h.findings.push(match on_tmpfs {
             Some(true) => Finding::new(
                 "persistence",
@@ -139,14 +137,4 @@ fn statvfs(dir: &Path) -> Option<libc::statvfs> {
     // SAFETY: statvfs fills the zeroed struct it is given; the path is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     (unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0).then_some(st)
-}
-
-fn tmpfs(dir: &std::path::Path) -> Option<bool> {
-    let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs fills the zeroed struct it is given; the path is NUL-terminated.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some(st.f_type as i64 == TMPFS_MAGIC)
 }

@@ -21,21 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Dir, io_err};
 use crate::store::StoreResult;
+use crate::sys;
 
 /// Where new content is written before it is swapped in.
 const STAGING: &str = ".new";
 
 /// Whether replacements in `dir` go by exchange: anywhere but a tmpfs.
 pub(super) fn swaps(dir: &Path) -> AtomicBool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return AtomicBool::new(false);
-    };
-    // SAFETY: statfs fills a struct we own from a NUL-terminated path.
-    let tmpfs = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
-    };
-    AtomicBool::new(!tmpfs)
+    AtomicBool::new(sys::tmpfs(dir) != Some(true))
 }
 
 impl Dir {
