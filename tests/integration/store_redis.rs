@@ -250,3 +250,145 @@ fn a_killed_waiter_leaves_the_line() {
     assert_eq!(read(&order), "next\n");
     assert_eq!(waiters(&redis, "q"), 0, "the dead waiter's place is gone");
 }
+
+/// A release hands the lock to the waiter at the front of the line in its own script. A
+/// waiter's attempt that crosses that handover (sent before the handover reached it) is
+/// granted what it was handed: the same fence, one holder, no place left in line.
+#[test]
+fn an_attempt_crossing_its_handover_gets_the_handed_lease() {
+    let redis = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
+            unreachable!()
+        };
+        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
+            .await
+            .unwrap();
+        let holder = request("x");
+        let w = request("x");
+        assert!(matches!(
+            store.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+        let mut heard = store.listen(&w).await.unwrap();
+        let busy = store.try_acquire(&w, true).await.unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
+        let names = &holder.names;
+        assert!(
+            store
+                .release(names, &holder.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
+        let Attempt::Granted(g) = store.try_acquire(&w, true).await.unwrap() else {
+            panic!("the waiter handed the lock was refused it");
+        };
+        let st = store.inspect("x").await.unwrap();
+        assert_eq!(st.holders.len(), 1, "{st:?}");
+        assert_eq!(st.holders[0].fence, g[0].fence, "{st:?}");
+        assert_eq!(
+            st.fence, g[0].fence,
+            "a second fence was handed out: {st:?}"
+        );
+        assert!(st.waiters.is_empty(), "still in line: {st:?}");
+        heard.changed(Duration::from_millis(500)).await;
+        assert!(
+            store
+                .release(names, &w.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
+    });
+}
+
+/// A handover reaches a waiter late (it was frozen, or busy, past its lease): the grant it
+/// takes is reckoned from the attempt that found it in line, before the release, so the
+/// engine refuses a lease that ran out meanwhile, even though the store hands it over.
+#[test]
+fn a_handover_taken_after_its_lease_ran_out_is_one_the_engine_refuses() {
+    let redis = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
+            unreachable!()
+        };
+        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
+            .await
+            .unwrap();
+        let holder = request("late");
+        let w = Acquire {
+            ttl: Duration::from_secs(2),
+            ..request("late")
+        };
+        assert!(matches!(
+            store.try_acquire(&holder, false).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+        let mut heard = store.listen(&w).await.unwrap();
+        let busy = store.try_acquire(&w, true).await.unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
+        let queued = tokio::time::Instant::now();
+        let names = &holder.names;
+        assert!(
+            store
+                .release(names, &holder.token, Outcome::Released)
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(2300)).await;
+        heard.changed(Duration::from_millis(500)).await;
+        let Attempt::Granted(g) = store.try_acquire(&w, true).await.unwrap() else {
+            panic!("the handover was not taken");
+        };
+        let started = g[0].started.expect("a handed lease says when it began");
+        assert!(
+            started <= queued,
+            "reckoned from after the attempt that queued"
+        );
+        assert_eq!(
+            dlock::engine::timing::validity(w.ttl, started.elapsed()),
+            None,
+            "a lease that ran out is still good to the engine"
+        );
+    });
+}
+
+/// A waiter frozen (SIGSTOP) when a release handed it the lock, until its lease ran out and
+/// another client took the lock, takes nothing of that handover once it resumes: it waits
+/// for the new holder, then runs.
+#[test]
+fn a_waiter_frozen_through_its_handover_waits_for_the_next_holder() {
+    let redis = RedisServer::start();
+    let env = Env::with_stores(vec![redis.url()]);
+    let first = stdout(&env.run(&["lock", "f", "--ttl", "60s"]));
+    let log = env.path("log");
+    let script = format!("echo ran >> {}", log.display());
+    let w = env.spawn_run(&["f", "--ttl", "2s", "-w", "60s"], &script);
+    assert!(wait_for(Duration::from_secs(30), || waiters(&redis, "f") == 1));
+    signal(w.id(), libc::SIGSTOP);
+    assert_code(&env.run(&["unlock", "f", "--token", &first]), 0);
+    // Handed to the frozen waiter: held until its 2 s run out, then free for another.
+    let mut next = None;
+    assert!(wait_for(Duration::from_secs(30), || {
+        let o = env.run(&["lock", "f", "-n", "--ttl", "60s"]);
+        next = (code(&o) == 0).then(|| stdout(&o));
+        next.is_some()
+    }));
+    signal(w.id(), libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !log.exists(),
+        "the resumed waiter ran while another held the lock"
+    );
+    assert!(running(w.id()), "the resumed waiter gave up");
+    assert_code(&env.run(&["unlock", "f", "--token", &next.unwrap()]), 0);
+    assert_code(&finish(w, Duration::from_secs(30)), 0);
+    assert_eq!(read(&log), "ran\n");
+}

@@ -5,7 +5,8 @@
 --   f  record:   fence (last fence handed out), previous (how the last lease ended),
 --                wseq (the waiters' arrival counter)
 --   w  waiters:  token scored by its arrival number (wake order)
---   wd waiters:  token -> "deadline_ms|mode" (a waiter that stops refreshing is dropped)
+--   wd waiters:  token -> "deadline_ms|mode" (a waiter that stops refreshing is dropped),
+--                or "deadline_ms|mode|ttl_ms|meta" from a waiter a release may hand the lock to
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -77,12 +78,12 @@ local function line(w, wd, visit)
     for i = 1, #batch, 2 do tokens[#tokens + 1] = batch[i] end
     local details = redis.call('HMGET', wd, unpack(tokens))
     for i, token in ipairs(tokens) do
-      local d, m
-      if details[i] then d, m = string.match(details[i], '^(%d+)|(.*)$') end
+      local d, m, heir
+      if details[i] then d, m, heir = string.match(details[i], '^(%d+)|([^|]*)|?(.*)$') end
       -- A mode this version cannot read waits as an exclusive one (fail closed).
       if m ~= 's' and not (m and string.match(m, '^l%d+$')) then m = 'x' end
       if d and tonumber(d) > now then
-        if not visit(token, m) then return dropped end
+        if not visit(token, m, heir) then return dropped end
       else
         unwait(w, wd, token)
         dropped = true
@@ -115,24 +116,6 @@ local function turn(w, wd, token, mode, modes)
   return ok, dropped
 end
 
--- Wake the waiters at the front of the line that may hold beside the live holders' `modes`:
--- the next exclusive one, or the next run of sharers (or of `limit K` ones, as many as there
--- is room for), each on its own channel. One release wakes those it lets in, not the herd.
-local function wake(w, wd, modes)
-  local first, count = nil, #modes
-  line(w, wd, function(t, m)
-    if first == nil then
-      if not admits(m, modes) then return false end
-      first = m
-    elseif m ~= first or not fits(m, count, true) then
-      return false
-    end
-    count = count + 1
-    redis.call('PUBLISH', 'dlock:wake:' .. t, '1')
-    return m ~= 'x'
-  end)
-end
-
 -- What this server remembers of a name (engine::amnesia): whether the engine's marker is
 -- there, and how long the live holders run on (0 if none).
 local function recall(h, f)
@@ -142,4 +125,54 @@ local function recall(h, f)
     if d > now and d - now > horizon then horizon = d - now end
   end
   return redis.call('HEXISTS', f, 'mark'), horizon
+end
+
+-- Grant waiter `t` the lock in a release's own script (`to`: its h and f keys), as its grant
+-- would: the next fence, a lease of the ttl it asked for, from now. It is told on its channel
+-- "g|seq|fence|marked|horizon|previous": its place in line (seq: a waiter queued again since
+-- ignores an old handover) and what its own grant would have answered. It reckons its lease
+-- from the last attempt that found it in line, which came before this. Only a waiter still
+-- subscribed to its channel: one killed since its last poll would hold the lock for its whole
+-- ttl; it is woken as before, to nobody, and leaves the line within its waiter life.
+local function hand_over(to, w, wd, t, m, heir)
+  local h, f = to[1], to[2]
+  local channel = 'dlock:wake:' .. t
+  local ttl, meta = string.match(heir, '^(%d+)|(.*)$')
+  local seq = redis.call('ZSCORE', w, t)
+  if not ttl or not seq or redis.call('PUBSUB', 'NUMSUB', channel)[2] == 0 then
+    redis.call('PUBLISH', channel, '1')
+    return
+  end
+  local marked, horizon = recall(h, f)
+  local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
+  local fs = string.format('%.0f', fence)
+  redis.call('HSET', f, 'fence', fs)
+  redis.call('HSET', h, t, (now + tonumber(ttl)) .. '|' .. fs .. '|' .. m .. '|' .. meta)
+  unwait(w, wd, t)
+  local previous = redis.call('HGET', f, 'previous') or 'none'
+  redis.call('PUBLISH', channel, table.concat({'g', seq, fs, marked, horizon, previous}, '|'))
+end
+
+-- Wake the waiters at the front of the line that may hold beside the live holders' `modes`:
+-- the next exclusive one, or the next run of sharers (or of `limit K` ones, as many as there
+-- is room for), each on its own channel. One release wakes those it lets in, not the herd.
+-- With `to` (a release's h and f keys) a waiter that asked for it is handed the lock here
+-- (hand_over) rather than woken to ask for it: one round trip fewer per handoff.
+local function wake(w, wd, modes, to)
+  local first, count = nil, #modes
+  line(w, wd, function(t, m, heir)
+    if first == nil then
+      if not admits(m, modes) then return false end
+      first = m
+    elseif m ~= first or not fits(m, count, true) then
+      return false
+    end
+    count = count + 1
+    if to and heir ~= '' then
+      hand_over(to, w, wd, t, m, heir)
+    else
+      redis.call('PUBLISH', 'dlock:wake:' .. t, '1')
+    end
+    return m ~= 'x'
+  end)
 end

@@ -1,7 +1,10 @@
 -- ARGV: token, modes (one per name, space-separated), ttl_ms, meta, queue (1: join the line
--- if busy), waiter_life_ms (how long a waiter's place is kept without its coming back)
--- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1};
--- either followed by each name's marker (1/0) and horizon in ms, before this grant.
+-- if busy), waiter_life_ms (how long a waiter's place is kept without its coming back),
+-- heir (1: a release may hand the lock to this waiter, see hand_over)
+-- Returns {1, fence1, previous1, ...} when every name is granted, else {0, retry_after_ms | -1,
+-- the waiter's place in line (of the first name) | -1}; either followed by each name's marker
+-- (1/0) and horizon in ms, before this grant. A name the token holds already (handed over
+-- while this attempt was on its way) counts as granted, with its fence, from now.
 local token, ttl, meta = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 local mode_of = {}
 for m in string.gmatch(ARGV[2], '%S+') do mode_of[#mode_of + 1] = m end
@@ -13,7 +16,11 @@ for i = 0, n - 1 do
   local marked, horizon = recall(h, f)
   memo[#memo + 1], memo[#memo + 2] = marked, horizon
   local ok
-  ok, moved[i] = turn(w, wd, token, mode_of[i + 1], modes)
+  if redis.call('HEXISTS', h, token) == 1 then
+    ok, moved[i] = true, false
+  else
+    ok, moved[i] = turn(w, wd, token, mode_of[i + 1], modes)
+  end
   holding[i] = modes
   if not ok then
     busy = true
@@ -30,7 +37,9 @@ if busy then
       if not redis.call('ZSCORE', w, token) then
         redis.call('ZADD', w, redis.call('HINCRBY', f, 'wseq', 1), token)
       end
-      redis.call('HSET', wd, token, (now + tonumber(ARGV[6])) .. '|' .. mode_of[i + 1])
+      local detail = (now + tonumber(ARGV[6])) .. '|' .. mode_of[i + 1]
+      if ARGV[7] == '1' then detail = detail .. '|' .. ttl .. '|' .. meta end
+      redis.call('HSET', wd, token, detail)
       -- A waiter that can no longer clean up after itself (killed, or cut off from the server
       -- when it gave up) must not leave the line behind for good: the line lives only as
       -- long as some waiter keeps coming back.
@@ -38,16 +47,23 @@ if busy then
       redis.call('PEXPIRE', wd, tonumber(ARGV[6]))
     end
   end
-  return {0, retry or -1, unpack(memo)}
+  local _, _, w = keys(0)
+  return {0, retry or -1, tonumber(redis.call('ZSCORE', w, token) or '-1'), unpack(memo)}
 end
 local out = {1}
 for i = 0, n - 1 do
   local h, f, w, wd = keys(i)
   local mode = mode_of[i + 1]
-  local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
-  -- In full: Lua would write a number this long with an exponent.
-  local fs = string.format('%.0f', fence)
-  redis.call('HSET', f, 'fence', fs)
+  local mine = redis.call('HGET', h, token)
+  local fs
+  if mine then
+    fs = string.match(mine, '^%d+|([^|]*)|')
+  else
+    local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
+    -- In full: Lua would write a number this long with an exponent.
+    fs = string.format('%.0f', fence)
+    redis.call('HSET', f, 'fence', fs)
+  end
   redis.call('HSET', h, token, (now + ttl) .. '|' .. fs .. '|' .. mode .. '|' .. meta)
   unwait(w, wd, token)
   -- Sharers behind a dead waiter this grant passed over were never woken: wake them now.
@@ -56,7 +72,7 @@ for i = 0, n - 1 do
     beside[#beside + 1] = mode
     wake(w, wd, beside)
   end
-  out[#out + 1] = fence
+  out[#out + 1] = tonumber(fs)
   out[#out + 1] = redis.call('HGET', f, 'previous') or 'none'
 end
 for _, v in ipairs(memo) do out[#out + 1] = v end

@@ -21,9 +21,11 @@ mod cluster;
 mod conn;
 mod connect;
 mod doctor;
+mod handover;
 mod redial;
 mod shards;
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -33,6 +35,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use conn::{Conn, Lua};
 use connect::{client, connection_info, nat_map};
+use handover::Handovers;
 use redial::{Redial, Retry};
 
 use super::server::ServerUrl;
@@ -87,6 +90,8 @@ pub struct RedisStore {
     timeout: Duration,
     /// The URL gave a password (so the server was asked to authenticate at connect).
     has_password: bool,
+    /// What this process's waiters were handed by a release (see `handover`).
+    handovers: Arc<Handovers>,
 }
 
 /// How long a waiter's place in line is kept without its coming back. A waiter comes back at
@@ -227,6 +232,7 @@ impl RedisStore {
             wait_replicas,
             timeout,
             has_password: url.password.is_some(),
+            handovers: Arc::default(),
         })
     }
 
@@ -278,6 +284,9 @@ impl RedisStore {
     async fn grant(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
         let names = &req.names;
         let modes: Vec<String> = req.modes.iter().map(|m| m.code()).collect();
+        // Not in a cluster: a waiter subscribes on any node, the release sees its own only.
+        let single = matches!(self.conn, Conn::Single(_));
+        let heir = single && Handovers::offered(req, queue, self.wait_replicas.is_some());
         let args = [
             req.token.clone(),
             modes.join(" "),
@@ -285,7 +294,9 @@ impl RedisStore {
             req.meta.clone(),
             if queue { "1" } else { "0" }.to_string(),
             waiter_life(req.ttl).as_millis().to_string(),
+            if heir { "1" } else { "0" }.to_string(),
         ];
+        let sent = tokio::time::Instant::now();
         let (reply, replicated) = self
             .run_replicated(&self.scripts.grant, names, &args, Retry::Never)
             .await?;
@@ -313,8 +324,15 @@ impl RedisStore {
             let busy = Attempt::Busy {
                 retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
             };
+            let seq = it
+                .next()
+                .and_then(|v| redis::from_redis_value::<i64>(v).ok());
+            if let Some(seq) = seq.filter(|&s| heir && s >= 0) {
+                self.handovers.queued(&req.token, seq as u64, sent);
+            }
             return Ok((busy, recall));
         }
+        self.handovers.forget(&req.token);
         let mut granted = Vec::with_capacity(names.len());
         while let (Some(f), Some(p)) = (it.next(), it.next()) {
             let fence: u64 = redis::from_redis_value(f).map_err(|_| bad())?;
@@ -454,7 +472,9 @@ impl RedisStore {
             let Some((_, d)) = details.iter().find(|(t, _)| *t == token) else {
                 continue;
             };
-            let (deadline, mode) = d.split_once('|').unwrap_or((d, "x"));
+            let (deadline, rest) = d.split_once('|').unwrap_or((d, "x"));
+            // The mode, then (from a waiter that may be handed the lock) its ttl and meta.
+            let mode = rest.split('|').next().unwrap_or("x");
             if deadline.parse::<u64>().unwrap_or(0) > now {
                 out.waiters.push(Waiter {
                     owner: crate::names::owner_id(&token),
@@ -489,6 +509,12 @@ impl Store for RedisStore {
     }
 
     async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        // Handed the lock by a release: held already, nothing to ask.
+        if req.names.len() == 1
+            && let Some((granted, recall)) = self.handovers.take(&req.token)
+        {
+            return Ok((Attempt::Granted(vec![granted]), vec![recall]));
+        }
         let groups = self.groups(&req.names);
         if groups.len() == 1 {
             return self.grant(req, queue).await;
@@ -567,6 +593,8 @@ impl Store for RedisStore {
                     return Ok(Box::new(Wakeup {
                         pubsub,
                         ended: false,
+                        token: req.token.clone(),
+                        handovers: self.handovers.clone(),
                     }));
                 }
                 Err(e) => last = Some(e),
@@ -602,6 +630,7 @@ impl Store for RedisStore {
 
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
         let ended = outcome.previous().map_or(String::new(), Previous::text);
+        self.handovers.forget(token);
         Ok(self
             .each::<i64>(&self.scripts.release, names, |_| {
                 vec![token.to_string(), ended.clone()]
@@ -670,16 +699,24 @@ struct Wakeup {
     /// again when the server is back; until then this waits out each `max`, so a waiter
     /// polls at its usual pace rather than in a tight loop.
     ended: bool,
+    token: String,
+    handovers: Arc<Handovers>,
 }
 
 #[async_trait]
 impl Listener for Wakeup {
     async fn changed(&mut self, max: Duration) {
         let until = tokio::time::Instant::now() + max;
-        if !self.ended
-            && let Ok(None) = tokio::time::timeout(max, self.pubsub.on_message().next()).await
-        {
-            self.ended = true;
+        if !self.ended {
+            match tokio::time::timeout(max, self.pubsub.on_message().next()).await {
+                Ok(Some(message)) => {
+                    if let Ok(text) = message.get_payload::<String>() {
+                        self.handovers.heard(&self.token, &text);
+                    }
+                }
+                Ok(None) => self.ended = true,
+                Err(_) => {}
+            }
         }
         if self.ended {
             tokio::time::sleep_until(until).await;

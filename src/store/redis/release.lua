@@ -18,6 +18,7 @@ for i = 0, n - 1 do
     end
   end
   -- A holder gone, or a waiter that stood ahead of others: the front of the line may hold now.
-  if v or waited then wake(w, wd, (purge(h, f))) end
+  -- The first of them is handed the lock here if it asked for that (hand_over).
+  if v or waited then wake(w, wd, (purge(h, f)), {h, f}) end
 end
 return held
