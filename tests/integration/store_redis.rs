@@ -40,6 +40,27 @@ pub(crate) fn request(name: &str) -> Acquire {
     }
 }
 
+/// `body` on a store client of `redis`, on a runtime of its own: tests of the store's own
+/// calls, below the engine.
+fn on_store<F: std::future::Future<Output = ()>>(
+    redis: &RedisServer,
+    body: impl FnOnce(RedisStore) -> F,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
+            unreachable!()
+        };
+        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
+            .await
+            .unwrap();
+        body(store).await
+    });
+}
+
 /// Five exclusive waiters queue behind `holder` on `name`; its release must wake exactly
 /// one listener, the longest-waiting one, well within `max` (each listens that long).
 pub(crate) async fn one_release_wakes_one_of_five(
@@ -77,17 +98,7 @@ pub(crate) async fn one_release_wakes_one_of_five(
 #[test]
 fn one_release_wakes_exactly_one_exclusive_waiter() {
     let redis = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
-            unreachable!()
-        };
-        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
-            .await
-            .unwrap();
+    on_store(&redis, |store| async move {
         let holder = request("hot");
         assert!(matches!(
             store.try_acquire(&holder, false).await.unwrap(),
@@ -251,39 +262,39 @@ fn a_killed_waiter_leaves_the_line() {
     assert_eq!(waiters(&redis, "q"), 0, "the dead waiter's place is gone");
 }
 
+/// `w` queues behind a holder of its name, which then releases: the release hands `w` the
+/// lock. Returns `w`'s listener (the handover not yet heard) and a moment after `w` queued.
+async fn handed_over(
+    store: &RedisStore,
+    w: &Acquire,
+) -> (Box<dyn dlock::store::Listener>, tokio::time::Instant) {
+    let holder = Acquire {
+        token: dlock::names::new_token(),
+        ..w.clone()
+    };
+    assert!(matches!(
+        store.try_acquire(&holder, false).await.unwrap(),
+        Attempt::Granted(_)
+    ));
+    let heard = store.listen(w).await.unwrap();
+    let busy = store.try_acquire(w, true).await.unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
+    let queued = tokio::time::Instant::now();
+    let names = &holder.names;
+    let released = store.release(names, &holder.token, Outcome::Released);
+    assert!(released.await.unwrap());
+    (heard, queued)
+}
+
 /// A release hands the lock to the waiter at the front of the line in its own script. A
 /// waiter's attempt that crosses that handover (sent before the handover reached it) is
 /// granted what it was handed: the same fence, one holder, no place left in line.
 #[test]
 fn an_attempt_crossing_its_handover_gets_the_handed_lease() {
     let redis = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
-            unreachable!()
-        };
-        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
-            .await
-            .unwrap();
-        let holder = request("x");
+    on_store(&redis, |store| async move {
         let w = request("x");
-        assert!(matches!(
-            store.try_acquire(&holder, false).await.unwrap(),
-            Attempt::Granted(_)
-        ));
-        let mut heard = store.listen(&w).await.unwrap();
-        let busy = store.try_acquire(&w, true).await.unwrap();
-        assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
-        let names = &holder.names;
-        assert!(
-            store
-                .release(names, &holder.token, Outcome::Released)
-                .await
-                .unwrap()
-        );
+        let (mut heard, _) = handed_over(&store, &w).await;
         let Attempt::Granted(g) = store.try_acquire(&w, true).await.unwrap() else {
             panic!("the waiter handed the lock was refused it");
         };
@@ -296,12 +307,8 @@ fn an_attempt_crossing_its_handover_gets_the_handed_lease() {
         );
         assert!(st.waiters.is_empty(), "still in line: {st:?}");
         heard.changed(Duration::from_millis(500)).await;
-        assert!(
-            store
-                .release(names, &w.token, Outcome::Released)
-                .await
-                .unwrap()
-        );
+        let released = store.release(&w.names, &w.token, Outcome::Released);
+        assert!(released.await.unwrap());
     });
 }
 
@@ -311,37 +318,12 @@ fn an_attempt_crossing_its_handover_gets_the_handed_lease() {
 #[test]
 fn a_handover_taken_after_its_lease_ran_out_is_one_the_engine_refuses() {
     let redis = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let Location::Server(url) = dlock::store::url::parse(&redis.url()).unwrap().at else {
-            unreachable!()
-        };
-        let store = RedisStore::connect(&url, "default", Duration::from_secs(2))
-            .await
-            .unwrap();
-        let holder = request("late");
+    on_store(&redis, |store| async move {
         let w = Acquire {
             ttl: Duration::from_secs(2),
             ..request("late")
         };
-        assert!(matches!(
-            store.try_acquire(&holder, false).await.unwrap(),
-            Attempt::Granted(_)
-        ));
-        let mut heard = store.listen(&w).await.unwrap();
-        let busy = store.try_acquire(&w, true).await.unwrap();
-        assert!(matches!(busy, Attempt::Busy { .. }), "{busy:?}");
-        let queued = tokio::time::Instant::now();
-        let names = &holder.names;
-        assert!(
-            store
-                .release(names, &holder.token, Outcome::Released)
-                .await
-                .unwrap()
-        );
+        let (mut heard, queued) = handed_over(&store, &w).await;
         tokio::time::sleep(Duration::from_millis(2300)).await;
         heard.changed(Duration::from_millis(500)).await;
         let Attempt::Granted(g) = store.try_acquire(&w, true).await.unwrap() else {
