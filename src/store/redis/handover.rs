@@ -8,12 +8,15 @@
 //! hands over only to a waiter still subscribed to its channel: a killed one is woken as
 //! before, to nobody, and leaves the line within its waiter life. A waiter frozen (SIGSTOP)
 //! when it is handed the lock keeps it until its ttl runs out, as a holder frozen just after
-//! its grant would. Its lease is
-//! reckoned from the last attempt that found it in line: the handover came after that
-//! attempt's script, so the server's lease started later and ends later. The place in line
-//! (`seq`) ties a handover to that attempt: a waiter that lost its place and queued again
-//! (frozen past its waiter life, say) takes no handover of an old place; it asks as usual,
-//! and the engine refuses a lease whose time ran out while it was frozen.
+//! its grant would.
+//!
+//! Its lease is reckoned from the last attempt that found it in line: the handover came
+//! after that attempt's script, so the server's lease started later and ends later. The place
+//! in line (`seq`) ties a handover to that attempt: a waiter that lost its place and queued
+//! again (frozen past its waiter life, say) takes no handover of an old place, and one that
+//! hears a handover more than a tenth of its ttl after that attempt does not take it (see
+//! `take`): it asks as usual, and its grant, finding it holds already, starts the lease from
+//! then.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -63,13 +66,17 @@ impl Handovers {
     }
 
     /// The grant a handover gave `token`, if one came for its latest place in line: the
-    /// lease reckoned from the attempt that found it there.
-    pub(super) fn take(&self, token: &str) -> Option<(Granted, Recall)> {
+    /// lease reckoned from the attempt that found it there. Not if that attempt is more than
+    /// a tenth of `ttl` old: the lease would start that far gone, and its renewal, a third of
+    /// the ttl on, would come late. The waiter then asks as usual, and its grant, finding it
+    /// holds already, starts the lease again from then (a 600 ms ttl behind a 500 ms poll
+    /// ran out before its first renewal).
+    pub(super) fn take(&self, token: &str, ttl: Duration) -> Option<(Granted, Recall)> {
         let mut places = self.0.lock().expect("handovers");
         let place = places.get_mut(token)?;
         let handed = place.handed.take()?;
         let (seq, sent) = place.queued?;
-        if handed.seq != seq {
+        if handed.seq != seq || sent.elapsed() > ttl / 10 {
             return None;
         }
         places.remove(token);
@@ -109,31 +116,48 @@ fn parse(message: &str) -> Option<Handed> {
 mod tests {
     use super::*;
 
+    const TTL: Duration = Duration::from_secs(30);
+
     #[test]
     fn a_handover_is_taken_once_and_only_for_the_latest_place() {
         let h = Handovers::default();
         let sent = Instant::now();
         h.queued("t", 7, sent);
         h.heard("t", "1");
-        assert!(h.take("t").is_none(), "a wake-up is no grant");
+        assert!(h.take("t", TTL).is_none(), "a wake-up is no grant");
         h.heard("t", "g|6|41|1|0|released");
-        assert!(h.take("t").is_none(), "a handover of an earlier place");
+        assert!(h.take("t", TTL).is_none(), "a handover of an earlier place");
         h.heard("t", "g|7|42|1|250|failed:3");
-        let (g, recall) = h.take("t").expect("the handover of its place");
+        let (g, recall) = h.take("t", TTL).expect("the handover of its place");
         assert_eq!(g.fence, 42);
         assert_eq!(g.started, Some(sent));
         assert_eq!(g.previous, Previous::parse("failed:3"));
         assert!(recall.marked);
         assert_eq!(recall.horizon, Duration::from_millis(250));
-        assert!(h.take("t").is_none(), "taken once");
+        assert!(h.take("t", TTL).is_none(), "taken once");
+    }
+
+    #[test]
+    fn a_handover_to_a_place_taken_long_ago_in_the_ttl_is_not_taken() {
+        let h = Handovers::default();
+        let ttl = Duration::from_millis(600);
+        h.queued("t", 1, Instant::now() - ttl / 5);
+        h.heard("t", "g|1|9|1|0|released");
+        assert!(
+            h.take("t", ttl).is_none(),
+            "a lease begun a fifth of its ttl ago"
+        );
+        h.queued("t", 1, Instant::now());
+        h.heard("t", "g|1|9|1|0|released");
+        assert!(h.take("t", ttl).is_some(), "a lease begun just now");
     }
 
     #[test]
     fn a_handover_heard_before_any_place_is_not_taken() {
         let h = Handovers::default();
         h.heard("t", "g|1|5|0|0|none");
-        assert!(h.take("t").is_none());
+        assert!(h.take("t", TTL).is_none());
         h.queued("u", 1, Instant::now());
-        assert!(h.take("u").is_none(), "nothing was handed to u");
+        assert!(h.take("u", TTL).is_none(), "nothing was handed to u");
     }
 }

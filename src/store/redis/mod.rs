@@ -511,7 +511,7 @@ impl Store for RedisStore {
     async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
         // Handed the lock by a release: held already, nothing to ask.
         if req.names.len() == 1
-            && let Some((granted, recall)) = self.handovers.take(&req.token)
+            && let Some((granted, recall)) = self.handovers.take(&req.token, req.ttl)
         {
             return Ok((Attempt::Granted(vec![granted]), vec![recall]));
         }
