@@ -127,6 +127,20 @@ local function recall(h, f)
   return redis.call('HEXISTS', f, 'mark'), horizon
 end
 
+-- Hand out the next fence of a name (its record `f`): one above the last, never below this
+-- server's clock floor. As text in full: Lua would write a number this long with an exponent.
+local function next_fence(f)
+  local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
+  local fs = string.format('%.0f', fence)
+  redis.call('HSET', f, 'fence', fs)
+  return fs
+end
+
+-- Write `token`'s holder row on `h`: a lease of `ttl` ms from now, under fence text `fs`.
+local function hold(h, token, ttl, fs, mode, meta)
+  redis.call('HSET', h, token, (now + ttl) .. '|' .. fs .. '|' .. mode .. '|' .. meta)
+end
+
 -- Grant waiter `t` the lock in a release's own script (`to`: its h and f keys), as its grant
 -- would: the next fence, a lease of the ttl it asked for, from now. It is told on its channel
 -- "g|seq|fence|marked|horizon|previous": its place in line (seq: a waiter queued again since
@@ -144,10 +158,8 @@ local function hand_over(to, w, wd, t, m, heir)
     return
   end
   local marked, horizon = recall(h, f)
-  local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
-  local fs = string.format('%.0f', fence)
-  redis.call('HSET', f, 'fence', fs)
-  redis.call('HSET', h, t, (now + tonumber(ttl)) .. '|' .. fs .. '|' .. m .. '|' .. meta)
+  local fs = next_fence(f)
+  hold(h, t, tonumber(ttl), fs, m, meta)
   unwait(w, wd, t)
   local previous = redis.call('HGET', f, 'previous') or 'none'
   redis.call('PUBLISH', channel, table.concat({'g', seq, fs, marked, horizon, previous}, '|'))

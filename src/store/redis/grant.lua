@@ -59,12 +59,9 @@ for i = 0, n - 1 do
   if mine then
     fs = string.match(mine, '^%d+|([^|]*)|')
   else
-    local fence = math.max(tonumber(redis.call('HGET', f, 'fence') or '0') + 1, floor)
-    -- In full: Lua would write a number this long with an exponent.
-    fs = string.format('%.0f', fence)
-    redis.call('HSET', f, 'fence', fs)
+    fs = next_fence(f)
   end
-  redis.call('HSET', h, token, (now + ttl) .. '|' .. fs .. '|' .. mode .. '|' .. meta)
+  hold(h, token, ttl, fs, mode, meta)
   unwait(w, wd, token)
   -- Sharers behind a dead waiter this grant passed over were never woken: wake them now.
   if moved[i] and mode ~= 'x' then
