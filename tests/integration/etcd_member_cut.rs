@@ -95,6 +95,31 @@ fn a_holder_that_reaches_one_member_keeps_its_lock() {
     keeps_its_lock(&cut, "two", 8, &[&[0, 1], &[1, 2], &[2, 0]], TTL);
 }
 
+/// The cut that costs the most: after `{1, 2}` the holder talks to member 0, the only one
+/// left; then `{0, 1}` cuts that member and the next one in the client's order, so a renewal
+/// meets two silent members before the one that answers. It must still end inside the store
+/// timeout: before the members after a silent one were hedged, it waited half the timeout on
+/// each of the two and failed every time.
+#[test]
+fn a_renewal_past_two_silent_members_ends_in_time() {
+    let cut = Cut::new();
+    let events = cut.holder.path("events");
+    let args = [
+        "--store-timeout",
+        "600ms",
+        "--events",
+        events.to_str().unwrap(),
+    ];
+    let child = cut.hold("past", &args, "sleep 6; echo finished");
+    cut.cut_in_turn(&[&[1, 2], &[0, 1]], TTL);
+    let o = finish(child, Duration::from_secs(30));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "finished");
+    let log = read(&events);
+    assert!(log.contains("\"renewed\""), "no renewal: {log}");
+    assert!(!log.contains("renew-failed"), "a renewal failed: {log}");
+}
+
 #[test]
 fn a_holder_cut_from_every_member_is_stopped_within_the_ttl() {
     let cut = Cut::new();

@@ -10,9 +10,11 @@
 //!
 //! - A request that may be sent twice (`Resend::Yes`: reads, keep-alives, lease grants and
 //!   revokes, guarded writes whose second copy finds the first done and changes nothing)
-//!   waits half the store timeout on a member, then goes to the next one with the other
-//!   half. So a renewal whose member was cut still ends inside the store timeout the engine
-//!   gives it, and the client's deadline (reckoned from before the call) never moves.
+//!   waits half the store timeout on a member, then goes to the others with the other
+//!   half, hedged (below) so that a second cut member costs only the hedge delay. So a
+//!   renewal whose member was cut still ends inside the store timeout the engine gives it,
+//!   even with two of three members cut, and the client's deadline (reckoned from before
+//!   the call) never moves.
 //! - Any other write (`Resend::No`: a grant, whose lost answer the caller must treat as
 //!   maybe applied) is sent once and waits the whole store timeout; if it goes unanswered,
 //!   the next request goes to the next member. An attempt reads before it writes, so a
@@ -263,7 +265,7 @@ impl Endpoints {
     {
         let start = self.current.load(Ordering::Relaxed);
         if resend == Resend::Yes && self.proven.load(Ordering::Relaxed) != start {
-            return self.hedged(start, request).await;
+            return self.hedged(start, self.members.len(), request).await;
         }
         let mut last = None;
         for _ in 0..self.members.len() {
@@ -282,9 +284,12 @@ impl Endpoints {
                 Resend::No => attempt.await,
                 Resend::Yes => match tokio::time::timeout(self.patience, attempt).await {
                     Ok(r) => r,
+                    // The member stopped answering: the others are hedged, so that with two
+                    // of three cut the one left still answers inside the store timeout.
                     Err(_) => {
-                        last = Some(self.no_answer(i));
-                        continue;
+                        drop(tried);
+                        let n = self.members.len();
+                        return self.hedged((i + 1) % n, n - 1, request).await;
                     }
                 },
             };
@@ -308,9 +313,10 @@ impl Endpoints {
 
 impl Endpoints {
     /// Run a request that may be sent twice on `start`, and after each hedge delay without an
-    /// answer on the next member too (at once if a member refused it unsent); the first answer
-    /// wins and its member becomes the current one. Each member waits at most `patience`.
-    async fn hedged<T, F, Fut>(&self, start: usize, request: F) -> StoreResult<T>
+    /// answer on the next member too (at once if a member refused it unsent), up to `count`
+    /// members; the first answer wins and its member becomes the current one. Each member
+    /// waits at most `patience`.
+    async fn hedged<T, F, Fut>(&self, start: usize, count: usize, request: F) -> StoreResult<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -334,7 +340,7 @@ impl Endpoints {
         let n = self.members.len();
         let (mut pending, mut sent) = (FuturesUnordered::new(), 0);
         let send = |pending: &mut FuturesUnordered<_>, sent: &mut usize| {
-            if *sent < n {
+            if *sent < count {
                 pending.push(attempt((start + *sent) % n));
                 *sent += 1;
             }
@@ -358,7 +364,7 @@ impl Endpoints {
                         return r.map_err(classify);
                     }
                 },
-                _ = tokio::time::sleep(self.hedge), if sent < n => send(&mut pending, &mut sent),
+                _ = tokio::time::sleep(self.hedge), if sent < count => send(&mut pending, &mut sent),
                 else => break,
             }
         }
