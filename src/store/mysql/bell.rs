@@ -24,8 +24,7 @@ impl Bells {
         opts: OptsBuilder,
     ) -> Result<Bell, mysql_async::Error> {
         let conn = Conn::new(opts.clone()).await?;
-        let id = Arc::new(AtomicI64::new(i64::from(conn.id())));
-        self.0.lock().unwrap().insert(token.to_string(), id.clone());
+        let id = self.enter(token, i64::from(conn.id()));
         Ok(Bell {
             conn: Some(conn),
             opts,
@@ -33,6 +32,13 @@ impl Bells {
             token: token.to_string(),
             all: self.clone(),
         })
+    }
+
+    /// Make `id` the connection of `token`'s bell.
+    fn enter(&self, token: &str, id: i64) -> Arc<AtomicI64> {
+        let id = Arc::new(AtomicI64::new(id));
+        self.0.lock().unwrap().insert(token.to_string(), id.clone());
+        id
     }
 
     /// The bell's connection id for `token`; 0 when it has none.
@@ -56,7 +62,15 @@ pub struct Bell {
 
 impl Drop for Bell {
     fn drop(&mut self) {
-        self.all.0.lock().unwrap().remove(&self.token);
+        let mut all = self.all.0.lock().unwrap();
+        // A waiter opens its new bell before its old one goes (when its store came back):
+        // the token's entry is then the new bell's, which stays.
+        if all
+            .get(&self.token)
+            .is_some_and(|id| Arc::ptr_eq(id, &self.id))
+        {
+            all.remove(&self.token);
+        }
     }
 }
 
@@ -85,5 +99,36 @@ impl Listener for Bell {
         if let Ok(Some(0i64)) = conn.query_first(sleep).await {
             self.conn = Some(conn);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use mysql_async::OptsBuilder;
+
+    use super::{Bell, Bells};
+
+    /// A waiter that opens a new bell while its old one lives (its store came back) keeps
+    /// the new bell's id after the old one goes: releases ring it. (When dropping the old
+    /// bell took the token out, the waiter's row got id 0 and no release could ring it: it
+    /// waited for its next poll every time.)
+    #[test]
+    fn a_bell_opened_again_keeps_its_id_after_the_old_one_goes() {
+        let all = Arc::new(Bells::default());
+        let bell = |id| Bell {
+            conn: None,
+            opts: OptsBuilder::default(),
+            id: all.enter("t", id),
+            token: "t".to_string(),
+            all: all.clone(),
+        };
+        let old = bell(7);
+        let new = bell(8);
+        drop(old);
+        assert_eq!(all.id("t"), 8);
+        drop(new);
+        assert_eq!(all.id("t"), 0);
     }
 }

@@ -19,12 +19,18 @@ use crate::store::{Listener, StoreError, StoreResult};
 pub struct Wakeups(Mutex<HashMap<String, Arc<Notify>>>);
 
 impl Wakeups {
+    /// A listener on `channel`. A waiter listens again while its old listener still lives
+    /// (the engine opens the new one first, after its store came back): both share one
+    /// `Notify`, so a permit the old one holds carries over, and the channel stays
+    /// registered until the last of them is dropped.
     pub fn register(self: &Arc<Self>, channel: &str) -> Wakeup {
-        let notify = Arc::new(Notify::new());
-        self.0
+        let notify = self
+            .0
             .lock()
             .unwrap()
-            .insert(channel.to_string(), notify.clone());
+            .entry(channel.to_string())
+            .or_insert_with(|| Arc::new(Notify::new()))
+            .clone();
         Wakeup {
             notify,
             channel: channel.to_string(),
@@ -52,7 +58,11 @@ pub struct Wakeup {
 
 impl Drop for Wakeup {
     fn drop(&mut self) {
-        self.all.0.lock().unwrap().remove(&self.channel);
+        let mut all = self.all.0.lock().unwrap();
+        // The map's reference and ours: no other listener of this channel is left.
+        if Arc::strong_count(&self.notify) == 2 {
+            all.remove(&self.channel);
+        }
     }
 }
 
@@ -111,4 +121,45 @@ pub fn tls_connector(
         }
     };
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Wakeups;
+    use crate::store::Listener;
+
+    /// A waiter that listens again keeps its wake-ups after the old listener goes. (When
+    /// dropping the old one took the channel out, every later release of a waiter whose
+    /// store had erred once went unheard, and it waited for its next poll.)
+    #[tokio::test]
+    async fn a_listener_opened_again_still_hears_after_the_old_one_goes() {
+        let all = Arc::new(Wakeups::default());
+        let old = all.register("c");
+        let mut new = all.register("c");
+        drop(old);
+        assert_eq!(all.channels(), vec!["c".to_string()]);
+        all.deliver("c");
+        let heard = tokio::time::timeout(Duration::from_secs(5), new.changed(Duration::MAX));
+        assert!(heard.await.is_ok());
+        drop(new);
+        assert!(
+            all.channels().is_empty(),
+            "the channel outlived its listeners"
+        );
+    }
+
+    /// A wake-up that reached the old listener before the new one opened is not lost.
+    #[tokio::test]
+    async fn a_wake_up_heard_before_listening_again_carries_over() {
+        let all = Arc::new(Wakeups::default());
+        let old = all.register("c");
+        all.deliver("c");
+        let mut new = all.register("c");
+        drop(old);
+        let heard = tokio::time::timeout(Duration::from_secs(5), new.changed(Duration::MAX));
+        assert!(heard.await.is_ok());
+    }
 }
