@@ -67,7 +67,7 @@ pub(super) fn judge(answers: Vec<Answer>) -> (Vec<(usize, StoreResult<Attempt>)>
             marked[j] = true;
             let runs_on = match attempt {
                 // A busy member holds a lease that runs on (until at most its retry time).
-                Attempt::Busy { retry_after } => {
+                Attempt::Busy { retry_after, .. } => {
                     Some(retry_after.unwrap_or(MAX_POLL).max(rc.horizon))
                 }
                 Attempt::Granted(_) => (!rc.horizon.is_zero()).then_some(rc.horizon),
@@ -92,6 +92,7 @@ pub(super) fn judge(answers: Vec<Answer>) -> (Vec<(usize, StoreResult<Attempt>)>
                     verdict.abstained.push(i);
                     return Attempt::Busy {
                         retry_after: Some(wait + Duration::from_millis(1)),
+                        patience: None,
                     };
                 }
                 for &j in forgot.iter().filter(|&&j| marked[j]) {
@@ -132,6 +133,7 @@ mod tests {
         };
         let a = Attempt::Busy {
             retry_after: Some(Duration::from_millis(4000)),
+            patience: None,
         };
         Ok((a, vec![rc]))
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::fan::Linger;
 use super::wait::{Budget, Driver, End, Look, Pace, Round, Then};
 use super::{Engine, EngineError, Wait};
-use crate::store::{self, Acquire, LockState, StoreResult};
+use crate::store::{self, Acquire, LockState, MAX_POLL, StoreResult};
 
 impl Engine {
     /// Until `name` is free on a majority of stores (no live holder of any mode), without
@@ -75,6 +75,7 @@ impl Driver for Free<'_> {
         } else {
             Look::Busy(Pace {
                 retry_after,
+                patience: MAX_POLL,
                 then: Then::Listen,
             })
         };

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::fan::Linger;
 use super::wait::{Driver, End, Look, Pace, Round, Then};
 use super::{Engine, Lease, amnesia, fence, timing};
-use crate::store::{Acquire, Attempt, Granted, StoreError, StoreResult};
+use crate::store::{Acquire, Attempt, Granted, MAX_POLL, StoreError, StoreResult};
 
 pub(super) struct Take<'r> {
     req: &'r Acquire,
@@ -35,6 +35,8 @@ struct Answers {
     granted: Vec<(usize, Vec<Granted>)>,
     busy: usize,
     retry_after: Option<Duration>,
+    /// The least patience of the busy stores (`Attempt::Busy`).
+    patience: Duration,
     errors: Vec<(usize, StoreError)>,
 }
 
@@ -94,6 +96,8 @@ impl Driver for Take<'_> {
             };
             Look::Busy(Pace {
                 retry_after: a.retry_after,
+                // Every busy store's patience allows the pause (none busy: the usual poll).
+                patience: if a.busy > 0 { a.patience } else { MAX_POLL },
                 then,
             })
         };
@@ -138,6 +142,7 @@ fn sort(engine: &Engine, results: Vec<(usize, StoreResult<Attempt>)>) -> Answers
         granted: Vec::new(),
         busy: 0,
         retry_after: None,
+        patience: Duration::MAX,
         errors: Vec::new(),
     };
     for (i, r) in results {
@@ -146,8 +151,12 @@ fn sort(engine: &Engine, results: Vec<(usize, StoreResult<Attempt>)>) -> Answers
         }
         match r {
             Ok(Attempt::Granted(g)) => a.granted.push((i, g)),
-            Ok(Attempt::Busy { retry_after: ra }) => {
+            Ok(Attempt::Busy {
+                retry_after: ra,
+                patience,
+            }) => {
                 a.busy += 1;
+                a.patience = a.patience.min(patience.unwrap_or(MAX_POLL));
                 if let Some(ra) = ra {
                     a.retry_after = Some(a.retry_after.map_or(ra, |r: Duration| r.min(ra)));
                 }

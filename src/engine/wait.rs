@@ -103,6 +103,9 @@ pub(super) enum Look<T> {
 pub(super) struct Pace {
     /// The soonest a store said to look again (or a holder's lease runs out), if any did.
     pub(super) retry_after: Option<Duration>,
+    /// The longest the waiter may go before it looks again, if nothing tells it of a change:
+    /// `MAX_POLL`, or longer where every busy store said so (`Attempt::Busy::patience`).
+    pub(super) patience: Duration,
     pub(super) then: Then,
 }
 
@@ -202,7 +205,8 @@ impl Engine {
             if let Some(b) = busy {
                 b.send_modify(|n| *n = n.wrapping_add(1));
             }
-            let pause = budget.cap(pace.retry_after.map_or(MAX_POLL, |r| r.min(MAX_POLL)), now);
+            let most = pace.patience;
+            let pause = budget.cap(pace.retry_after.map_or(most, |r| r.min(most)), now);
             match listeners.as_mut() {
                 // A store that came back lost what it was telling us on the old connection:
                 // listen again, on all, before the next look.

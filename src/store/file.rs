@@ -365,6 +365,7 @@ impl Backend for Files {
             line: Line::Fair,
             waiter_ttl: None,
             forgetful: true,
+            far: None,
         }
     }
 

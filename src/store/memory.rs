@@ -101,6 +101,7 @@ impl Backend for Memory {
             line: Line::Loose,
             waiter_ttl: None,
             forgetful: true,
+            far: None,
         }
     }
 

@@ -352,9 +352,13 @@ pub fn fence_floor_now() -> u64 {
 pub enum Attempt {
     Granted(Vec<Granted>),
     /// Not granted. `retry_after`: when the blocking holder's lease runs out, if the store
-    /// knows; a waiter looks again by then even if no notification arrives.
+    /// knows; a waiter looks again by then even if no notification arrives. `patience`: how
+    /// long the waiter may go without looking again when nothing tells it of a change
+    /// (`None`: `MAX_POLL`); a store that keeps the place of a waiter far back in its line
+    /// longer lets it look less often (see `record::rules::Far`).
     Busy {
         retry_after: Option<Duration>,
+        patience: Option<Duration>,
     },
 }
 

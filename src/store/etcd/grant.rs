@@ -64,6 +64,7 @@ impl Inner {
         }
         let mut outcome = Attempt::Busy {
             retry_after: Some(Duration::from_millis(5)),
+            patience: None,
         };
         let mut read_ahead = true;
         for _ in 0..ROUNDS {
@@ -102,7 +103,10 @@ impl Inner {
             }
             let queued = snap.queues.iter().all(|q| q.find(&req.token).is_some());
             if !queue {
-                outcome = Attempt::Busy { retry_after: None };
+                outcome = Attempt::Busy {
+                    retry_after: None,
+                    patience: None,
+                };
                 break;
             }
             if !queued {
@@ -112,7 +116,10 @@ impl Inner {
                 continue;
             }
             self.keep_waiting(req, &snap).await?;
-            outcome = Attempt::Busy { retry_after: None };
+            outcome = Attempt::Busy {
+                retry_after: None,
+                patience: None,
+            };
             break;
         }
         Ok(outcome)

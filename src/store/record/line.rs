@@ -60,6 +60,21 @@ pub struct Rules {
     /// marker is kept (`Store::mark`), and a renewal that finds no lease and no record of
     /// its end says the lease was forgotten.
     pub forgetful: bool,
+    /// Waiters far back in a loose line look less often (`None`: every waiter alike).
+    pub far: Option<Far>,
+}
+
+/// A waiter with at least `ahead` live waiters before it, on every name it asks for, is far
+/// back: its row lives `factor` times `Rules::waiter_ttl`, and it may look again `factor`
+/// times later than `MAX_POLL` (`Attempt::Busy::patience`). A release wakes the head of the
+/// line, which is near; a look of a waiter far back only finds a lock whose wake-up was
+/// lost (a killed head waiter's), and the waiters near the head, who look as often as ever,
+/// find it first. So a crowd of waiters asks the server a few times a second, not twice a
+/// second each: at 300 PostgreSQL waiters, those looks were most of the server's work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Far {
+    pub ahead: usize,
+    pub factor: u32,
 }
 
 impl Rules {
@@ -71,6 +86,7 @@ impl Rules {
         line: Line::Loose,
         waiter_ttl: Some(Duration::from_secs(2)),
         forgetful: false,
+        far: None,
     };
 
     /// `d` in ticks.
@@ -269,6 +285,7 @@ mod tests {
         line: Line::Fair,
         waiter_ttl: None,
         forgetful: true,
+        far: None,
     };
 
     fn cx<'a>(rules: &'a Rules, now: i64, dead: &'a Dead) -> Ctx<'a> {

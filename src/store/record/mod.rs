@@ -115,6 +115,12 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Whether this process's waiter for `token` is known to hear the store's wake-ups: a
+    /// waiter far back in line looks less often only then (`rules::Far`). By default no.
+    fn hears(&self, _token: &str) -> bool {
+        false
+    }
+
     /// How this store's records behave where stores differ (see `Rules`).
     fn rules(&self) -> Rules {
         Rules::SQL

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-pub use super::line::{Ctx, Line, Lives, Rules};
+pub use super::line::{Ctx, Far, Line, Lives, Rules};
 use super::line::{join, leave, mode_of, seqs, verdict, wake};
 // `End`: this module's `Outcome` is a grant's.
 use crate::store::{
@@ -115,8 +115,9 @@ pub struct GrantRequest<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Granted(Vec<Granted>),
-    /// Busy; the least time (ticks) a blocking holder has left, if holders alone block.
-    Busy(Option<i64>),
+    /// Busy; the least time (ticks) a blocking holder has left, if holders alone block; and
+    /// whether the waiter stands far back in line (`Rules::far`).
+    Busy(Option<i64>, bool),
 }
 
 /// What a renewal found.
@@ -219,13 +220,16 @@ pub fn grant(rows: &mut [Rows], cx: &Ctx, req: &GrantRequest) -> (Outcome, Vec<W
             }
         }
     }
+    let mut far = false;
     if busy {
         if req.queue {
             let seqs = seqs(rows, req.token, cx, &mut w);
+            far = far_back(rows, &seqs, cx);
+            let factor = cx.rules.far.filter(|_| far).map_or(1, |f| f.factor);
             let expires = cx
                 .rules
                 .waiter_ttl
-                .map_or(i64::MAX, |t| now.saturating_add(cx.rules.ticks(t)));
+                .map_or(i64::MAX, |t| now.saturating_add(cx.rules.ticks(t * factor)));
             for (i, r) in rows.iter_mut().enumerate() {
                 let row = WaiterRow {
                     token: req.token.to_string(),
@@ -245,7 +249,7 @@ pub fn grant(rows: &mut [Rows], cx: &Ctx, req: &GrantRequest) -> (Outcome, Vec<W
             }
         }
         let writes = w.finish(rows);
-        return (Outcome::Busy(retry), writes);
+        return (Outcome::Busy(retry, far), writes);
     }
     let granted = rows
         .iter_mut()
@@ -254,6 +258,21 @@ pub fn grant(rows: &mut [Rows], cx: &Ctx, req: &GrantRequest) -> (Outcome, Vec<W
         .collect();
     let writes = w.finish(rows);
     (Outcome::Granted(granted), writes)
+}
+
+/// Whether a waiter standing at `seqs` has at least `Far::ahead` live waiters before it on
+/// every name (never where the rules have no `far`).
+fn far_back(rows: &[Rows], seqs: &[i64], cx: &Ctx) -> bool {
+    let Some(far) = cx.rules.far else {
+        return false;
+    };
+    rows.iter().zip(seqs).all(|(r, &mine)| {
+        let ahead = r
+            .waiters
+            .iter()
+            .filter(|x| x.seq < mine && x.expires > cx.now);
+        ahead.count() >= far.ahead
+    })
 }
 
 /// The grant on one name: the next fence, the holder's row, out of the line.

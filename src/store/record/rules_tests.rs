@@ -75,7 +75,7 @@ fn exclusive_grant_bumps_the_fence_and_blocks_the_next() {
         wseq: 0
     }));
     let (o, _) = grant(&mut rs, &cx(200), &req("t2", Mode::Exclusive, false));
-    assert_eq!(o, Outcome::Busy(Some(900)));
+    assert_eq!(o, Outcome::Busy(Some(900), false));
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn several_names_are_granted_all_or_none() {
     grant(&mut b_only, &cx(0), &req("t0", Mode::Exclusive, false));
     rs[1] = b_only.pop().unwrap();
     let (o, w) = grant(&mut rs, &cx(10), &req("t1", Mode::Exclusive, false));
-    assert!(matches!(o, Outcome::Busy(_)));
+    assert!(matches!(o, Outcome::Busy(..)));
     assert!(!w.iter().any(|w| matches!(w, Write::PutHolder { .. })));
     assert!(rs[0].holders.is_empty());
 }
@@ -175,7 +175,7 @@ fn sharers_share_limits_count_and_exclusive_waits() {
     }
     assert!(matches!(
         grant(&mut rs, &cx(0), &req("x", Mode::Exclusive, false)).0,
-        Outcome::Busy(_)
+        Outcome::Busy(..)
     ));
     let mut rs = vec![rows("b")];
     for (t, ok) in [("l1", true), ("l2", true), ("l3", false)] {
@@ -259,7 +259,7 @@ fn an_unreadable_mode_blocks_everyone() {
         meta: String::new(),
     });
     let o = grant(&mut rs, &cx(0), &req("s", Mode::Shared, false)).0;
-    assert!(matches!(o, Outcome::Busy(_)));
+    assert!(matches!(o, Outcome::Busy(..)));
 }
 
 #[test]
@@ -287,4 +287,43 @@ fn a_release_then_drops_the_expired_and_says_so() {
         token: "s1".into()
     }));
     assert_eq!(rs[0].previous, "expired");
+}
+
+/// With `Rules::far`, a waiter with enough live waiters ahead is told it stands far back,
+/// and its row lives `factor` times longer; the ones near the head live and look as before.
+/// Without it nobody is far back, however long the line.
+#[test]
+fn a_waiter_far_back_in_line_keeps_its_place_longer() {
+    let far = Rules {
+        far: Some(Far {
+            ahead: 2,
+            factor: 10,
+        }),
+        ..Rules::SQL
+    };
+    for (rules, far_from) in [(far, Some(2)), (Rules::SQL, None)] {
+        let cx = |now| Ctx {
+            now,
+            rules: &rules,
+            alive: &Yes,
+        };
+        let mut rs = vec![rows("a")];
+        grant(&mut rs, &cx(100), &req("h", Mode::Exclusive, false));
+        for (i, t) in ["w0", "w1", "w2", "w3"].iter().enumerate() {
+            let (o, _) = grant(&mut rs, &cx(100), &req(t, Mode::Exclusive, true));
+            let is_far = far_from.is_some_and(|f| i >= f);
+            assert_eq!(o, Outcome::Busy(Some(1000), is_far), "{t}");
+            let row = rs[0].waiters.iter().find(|w| w.token == *t).unwrap();
+            let life = if is_far { 20_000 } else { 2_000 };
+            assert_eq!(row.expires, 100 + life, "{t}");
+        }
+        // The waiters ahead gone, a far one is near at its next look.
+        for t in ["w0", "w1"] {
+            release(&mut rs, &cx(200), t, crate::store::Outcome::Withdrawn);
+        }
+        let (o, _) = grant(&mut rs, &cx(300), &req("w2", Mode::Exclusive, true));
+        assert_eq!(o, Outcome::Busy(Some(800), false));
+        let row = rs[0].waiters.iter().find(|w| w.token == "w2").unwrap();
+        assert_eq!(row.expires, 2_300);
+    }
 }

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use super::rules::{self, Ctx, GrantRequest, Outcome, Renewal, Rows, Rules, Write};
 use super::{Backend, Decision};
 use crate::store::{
-    Acquire, Attempt, FORGOTTEN, Health, HealthQuery, Listener, LockState, Outcome as End, Recall,
-    Store, StoreError, StoreResult, TagWrite,
+    Acquire, Attempt, FORGOTTEN, Health, HealthQuery, Listener, LockState, MAX_POLL,
+    Outcome as End, Recall, Store, StoreError, StoreResult, TagWrite,
 };
 
 /// A `Store` over any record backend.
@@ -80,11 +80,17 @@ impl<B: Backend> RecordStore<B> {
     }
 
     /// The attempt's answer, as the store's own records say it.
-    fn answer(&self, outcome: Outcome) -> Attempt {
+    /// A waiter far back in line that hears wake-ups may look less often (`rules::Far`).
+    fn answer(&self, outcome: Outcome, token: &str) -> Attempt {
         match outcome {
             Outcome::Granted(g) => Attempt::Granted(g),
-            Outcome::Busy(retry) => Attempt::Busy {
+            Outcome::Busy(retry, far) => Attempt::Busy {
                 retry_after: retry.map(|r| self.rules.duration(r)),
+                patience: self
+                    .rules
+                    .far
+                    .filter(|_| far && self.backend.hears(token))
+                    .map(|f| MAX_POLL * f.factor),
             },
         }
     }
@@ -101,8 +107,8 @@ impl<B: Backend> RecordStore<B> {
             .peek(&req.names, Some((&req.token, grant.queue)))?;
         let recall = rules::recall(&rows, now, &self.rules);
         match rules::grant(&mut rows, &self.ctx(now), grant) {
-            (Outcome::Busy(retry), writes) if writes.is_empty() => {
-                Some((self.answer(Outcome::Busy(retry)), recall))
+            (Outcome::Busy(retry, far), writes) if writes.is_empty() => {
+                Some((self.answer(Outcome::Busy(retry, far), &req.token), recall))
             }
             _ => None,
         }
@@ -163,7 +169,7 @@ impl<B: Backend> Store for RecordStore<B> {
             true => recall,
             false => vec![Recall::DURABLE; req.names.len()],
         };
-        Ok((self.answer(outcome), recall))
+        Ok((self.answer(outcome, &req.token), recall))
     }
 
     async fn mark(&self, names: &[String]) -> StoreResult<()> {

@@ -323,6 +323,7 @@ impl RedisStore {
                 redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
             let busy = Attempt::Busy {
                 retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
+                patience: None,
             };
             let seq = it
                 .next()

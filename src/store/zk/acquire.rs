@@ -26,6 +26,7 @@ impl Inner {
                 self.forget(&req.token);
                 return Ok(Attempt::Busy {
                     retry_after: Some(Duration::ZERO),
+                    patience: None,
                 });
             }
             let held = self.held(&c, &req.names, &views, None, false).await?;
@@ -72,16 +73,25 @@ impl Inner {
             }
             if !queue {
                 self.withdraw(&c, req, &own).await?;
-                return Ok(Attempt::Busy { retry_after });
+                return Ok(Attempt::Busy {
+                    retry_after,
+                    patience: None,
+                });
             }
             self.watch(&c, &req.token, watch).await?;
-            return Ok(Attempt::Busy { retry_after });
+            return Ok(Attempt::Busy {
+                retry_after,
+                patience: None,
+            });
         }
         // Lost every compare-and-set to other grants: busy for now, like any contended lock.
         if !queue {
             self.withdraw(&c, req, &own).await?;
         }
-        Ok(Attempt::Busy { retry_after })
+        Ok(Attempt::Busy {
+            retry_after,
+            patience: None,
+        })
     }
 
     /// Our queue entries, created once per token in one multi-op (all names or none).
