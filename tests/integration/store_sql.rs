@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::mysql::MariaDb;
+use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
 use crate::common::redis::RedisServer;
 use crate::common::*;
@@ -307,4 +308,78 @@ fn tls_with_a_self_signed_ca_on_mariadb() {
     let o = env.run(&["lock", "x", "-n"]);
     assert_code(&o, 64);
     one_line(&o);
+}
+
+/// A crowd of PostgreSQL waiters: those near the head of the line (fewer than four ahead)
+/// keep their rows 2 s past their last look, as before; those far back keep them 20 s and,
+/// since they hear wake-ups, look every 5 s (at 300 waiters, the looks were most of the
+/// server's work). The line still serves them all.
+#[test]
+fn postgres_waiters_far_back_in_line_look_less_often() {
+    let db = PgServer::start();
+    let least = far_back_crowd(&db, db.url());
+    assert!(
+        least < 16_000,
+        "the far waiter looked more often than every 5 s: {least} ms"
+    );
+}
+
+/// Behind PgBouncer in transaction mode a waiter hears no wake-up (its LISTEN stays on a
+/// server connection it leaves), so one far back keeps looking every 500 ms: otherwise,
+/// once the waiters near the head were served, the lock would wait up to 5 s for each look.
+#[test]
+fn postgres_waiters_far_back_behind_pgbouncer_look_as_often_as_any() {
+    let bouncer = PgBouncer::start();
+    let least = far_back_crowd(&bouncer.server, bouncer.url());
+    assert!(
+        least > 18_000,
+        "the far waiter looked less often: {least} ms"
+    );
+}
+
+/// Six waiters behind a holder, through `url` on `db`: checks the rows' lives near and far
+/// back, then watches the last waiter's row for 6 s and returns the least it had left to
+/// live (about 19.5 s if it looks every 500 ms; about 15 s once in 5 s if every 5 s).
+/// Then all are served.
+fn far_back_crowd(db: &PgServer, url: String) -> i64 {
+    let env = Env::with_stores(vec![url]);
+    let go = env.path("go");
+    let holder = env.spawn_run(
+        &["crowd"],
+        &format!("while [ ! -e {} ]; do sleep 0.02; done", go.display()),
+    );
+    assert!(wait_for(Duration::from_secs(10), || env.held("crowd")));
+    let mut waiting = Vec::new();
+    for i in 1..=6 {
+        waiting.push(env.spawn_run(&["crowd"], "true"));
+        assert!(
+            wait_for(Duration::from_secs(10), || env.waiters("crowd") == i),
+            "waiter {i} did not queue"
+        );
+    }
+    let left = |order: &str| {
+        db.psql(&format!(
+            "SELECT string_agg((expires - floor(extract(epoch FROM clock_timestamp()) * 1000)
+               ::int8)::text, ' ' ORDER BY seq {order}) FROM dlock.waiters WHERE name = 'crowd'"
+        ))
+        .split(' ')
+        .map(|l| l.parse().unwrap())
+        .collect::<Vec<i64>>()
+    };
+    let rows = left("");
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert!(rows[..4].iter().all(|&l| l <= 2_000), "{rows:?}");
+    assert!(rows[4..].iter().all(|&l| l > 10_000), "{rows:?}");
+    let mut least = i64::MAX;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        least = least.min(left("DESC")[0]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(&go, "").unwrap();
+    assert_code(&finish(holder, Duration::from_secs(20)), 0);
+    for w in waiting {
+        assert_code(&finish(w, Duration::from_secs(30)), 0);
+    }
+    least
 }

@@ -27,7 +27,7 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio_postgres::types::{FromSql, ToSql, Type, accepts};
 use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
-use super::record::rules::{HolderRow, Rows, WaiterRow, Write};
+use super::record::rules::{Far, HolderRow, Rows, Rules, WaiterRow, Write};
 use super::record::{Backend, Decide, RecordStore as SqlStore};
 use super::server::ServerUrl;
 use super::sql::{UrlOptions, redial};
@@ -50,9 +50,22 @@ pub struct Postgres {
     wakeups: Arc<Wakeups>,
     /// How long a broken connection is dialled again within one call (`sql::redial`).
     timeout: Duration,
+    /// The URL's port (`session_listens`).
+    port: u16,
 }
 
 type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+/// The channels this session listens on, and the port the server took the connection on
+/// (`Postgres::session_listens`).
+const LISTENS: &str =
+    "SELECT ARRAY(SELECT pg_listening_channels())::text[], coalesce(inet_server_port(), 0)";
+
+/// Who is far back in a PostgreSQL line, and how much less often it looks (`Rules::far`).
+const FAR: Far = Far {
+    ahead: 4,
+    factor: 10,
+};
 
 impl Postgres {
     pub async fn connect(
@@ -92,6 +105,7 @@ impl Postgres {
             user,
             wakeups,
             timeout,
+            port: host.port,
         }))
     }
 
@@ -119,16 +133,27 @@ impl Postgres {
                 Ok(())
             }
         };
-        let (b, cr, records, clock, rows) = tokio::join!(
+        // A process with waiters asks, in the transaction, whether this session listens.
+        let listens = async {
+            match self.wakeups.any() {
+                true => c.query_typed(LISTENS, &[]).await.map(Some),
+                false => Ok(None),
+            }
+        };
+        let (b, cr, records, clock, rows, listens) = tokio::join!(
             begin,
             insert,
             c.query_typed(&self.sql.lock_records, &all),
             c.query_typed(self.sql.clock, &[]),
             c.query_typed(&self.sql.rows, &all),
+            listens,
         );
         b?;
         cr?;
         let (records, clock, rows) = (records?, clock?, rows?);
+        if let Some(row) = listens?.as_ref().and_then(|rows| rows.first()) {
+            self.session_listens(row);
+        }
         if create && !create_first && records.len() < names.len() {
             return Ok(Tried::Missing);
         }
@@ -137,6 +162,21 @@ impl Postgres {
         let decision = decide(now, &mut rows);
         self.apply(c, &decision.writes, !decision.flush).await?;
         Ok(Tried::Done)
+    }
+
+    /// Note what the server said this session listens on (`LISTENS`). A pooler in
+    /// transaction mode passes a LISTEN to a server connection the client then leaves, and
+    /// may pair the two again and again while the crowd is small: a server port other than
+    /// the URL's says there is one in between (PgBouncer's own port), and then nothing counts
+    /// as heard. (A port mapped on the way, a container's, costs only that: waiters far back
+    /// look as often as the others.)
+    fn session_listens(&self, row: &Row) {
+        let port: i32 = row.get(1);
+        let channels = match port == i32::from(self.port) {
+            true => row.get::<_, Vec<String>>(0).into_iter().collect(),
+            false => Default::default(),
+        };
+        self.wakeups.session_listens(channels);
     }
 
     /// Every write and the COMMIT, pipelined in order.
@@ -370,6 +410,20 @@ fn load(names: &[String], records: &[Row], rows: &[Row]) -> Vec<Rows> {
 impl Backend for Postgres {
     fn describe(&self) -> &str {
         &self.desc
+    }
+
+    /// The SQL stores' rules, with waiters far back in line (four or more ahead) looking
+    /// every 5 s, their rows living 20 s (`Far`): a crowd's looks were most of the server's
+    /// work, and each one that waited on the name's row lock delayed the release behind it.
+    fn rules(&self) -> Rules {
+        Rules {
+            far: Some(FAR),
+            ..Rules::SQL
+        }
+    }
+
+    fn hears(&self, token: &str) -> bool {
+        self.wakeups.hears(&schema::channel(token))
     }
 
     async fn shard_list(&self, tag: &str, write: TagWrite) -> StoreResult<String> {

@@ -1,7 +1,7 @@
 //! The PostgreSQL connection's background half: it carries every reply, and hands each
 //! NOTIFY to the waiter listening on that channel. Also the TLS connector.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,8 +15,14 @@ use crate::store::{Listener, StoreError, StoreResult};
 
 /// Waiters of this process by channel. A notification that arrives before its waiter waits
 /// is kept (as `Notify`'s one permit), so a release between two looks is never lost.
+///
+/// Beside them, the channels the server said this session listens on, read inside the last
+/// transaction of a process with waiters (`pg_listening_channels()`). Behind a pooler in
+/// transaction mode a LISTEN stays on a server connection the client leaves, so this is
+/// (almost always) empty there, and a waiter far back in line looks as often as any other
+/// (`record::rules::Far`): it would hear no wake-up.
 #[derive(Default)]
-pub struct Wakeups(Mutex<HashMap<String, Arc<Notify>>>);
+pub struct Wakeups(Mutex<HashMap<String, Arc<Notify>>>, Mutex<HashSet<String>>);
 
 impl Wakeups {
     /// A listener on `channel`. A waiter listens again while its old listener still lives
@@ -36,6 +42,21 @@ impl Wakeups {
             channel: channel.to_string(),
             all: self.clone(),
         }
+    }
+
+    /// Whether a waiter of this process listens.
+    pub fn any(&self) -> bool {
+        !self.0.lock().unwrap().is_empty()
+    }
+
+    /// What the server said this session listens on.
+    pub fn session_listens(&self, channels: HashSet<String>) {
+        *self.1.lock().unwrap() = channels;
+    }
+
+    /// Whether the server said this session listens on `channel`: its wake-ups reach us.
+    pub fn hears(&self, channel: &str) -> bool {
+        self.1.lock().unwrap().contains(channel)
     }
 
     /// Every channel a waiter of this process listens on.
