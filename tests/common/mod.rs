@@ -218,6 +218,31 @@ impl Env {
         self.spawn(&full)
     }
 
+    /// A `run` of `name` that holds it until the file `go` exists; returned once it holds.
+    pub fn hold_until(&self, name: &str, go: &Path) -> Child {
+        let script = format!("while [ ! -e {} ]; do sleep 0.02; done", go.display());
+        let holder = self.spawn_run(&[name], &script);
+        assert!(
+            wait_for(Duration::from_secs(10), || self.held(name)),
+            "{name} was never held"
+        );
+        holder
+    }
+
+    /// `n` runs of `name`, the i-th (from 1) running `script(i)`, each started once the one
+    /// before is queued (so they stand in that order); returned once all are.
+    pub fn queue_runs(&self, name: &str, n: usize, script: impl Fn(usize) -> String) -> Vec<Child> {
+        let mut waiting = Vec::new();
+        for i in 1..=n {
+            waiting.push(self.spawn_run(&[name], &script(i)));
+            assert!(
+                wait_for(Duration::from_secs(10), || self.waiters(name) == i),
+                "waiter {i} did not queue"
+            );
+        }
+        waiting
+    }
+
     /// `dlock --json inspect NAME`, parsed.
     pub fn inspect(&self, name: &str) -> serde_json::Value {
         let o = self.run(&["--json", "inspect", name]);

@@ -37,19 +37,8 @@ fn waiters_get_the_lock_in_the_order_they_queued() {
     let env = Env::with_stores(vec![etcd.url()]);
     let go = env.path("go");
     let order = env.path("order");
-    let holder = env.spawn_run(
-        &["q"],
-        &format!("while [ ! -e {} ]; do sleep 0.02; done", go.display()),
-    );
-    assert!(wait_for(Duration::from_secs(10), || env.held("q")));
-    let mut waiting = Vec::new();
-    for i in 1..=5 {
-        waiting.push(env.spawn_run(&["q"], &format!("echo {i} >> {}", order.display())));
-        assert!(
-            wait_for(Duration::from_secs(10), || env.waiters("q") == i),
-            "waiter {i} did not queue"
-        );
-    }
+    let holder = env.hold_until("q", &go);
+    let waiting = env.queue_runs("q", 5, |i| format!("echo {i} >> {}", order.display()));
     std::fs::write(&go, "").unwrap();
     assert_code(&finish(holder, Duration::from_secs(20)), 0);
     for w in waiting {

@@ -344,19 +344,8 @@ fn postgres_waiters_far_back_behind_pgbouncer_look_as_often_as_any() {
 fn far_back_crowd(db: &PgServer, url: String) -> i64 {
     let env = Env::with_stores(vec![url]);
     let go = env.path("go");
-    let holder = env.spawn_run(
-        &["crowd"],
-        &format!("while [ ! -e {} ]; do sleep 0.02; done", go.display()),
-    );
-    assert!(wait_for(Duration::from_secs(10), || env.held("crowd")));
-    let mut waiting = Vec::new();
-    for i in 1..=6 {
-        waiting.push(env.spawn_run(&["crowd"], "true"));
-        assert!(
-            wait_for(Duration::from_secs(10), || env.waiters("crowd") == i),
-            "waiter {i} did not queue"
-        );
-    }
+    let holder = env.hold_until("crowd", &go);
+    let waiting = env.queue_runs("crowd", 6, |_| "true".to_string());
     let left = |order: &str| {
         db.psql(&format!(
             "SELECT string_agg((expires - floor(extract(epoch FROM clock_timestamp()) * 1000)
