@@ -57,7 +57,7 @@ pub struct Postgres {
 type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 /// The channels this session listens on, and the port the server took the connection on
-/// (`Postgres::session_listens`).
+/// (`Postgres::session_listens`), asked once after a waiter's LISTEN.
 const LISTENS: &str =
     "SELECT ARRAY(SELECT pg_listening_channels())::text[], coalesce(inet_server_port(), 0)";
 
@@ -133,27 +133,16 @@ impl Postgres {
                 Ok(())
             }
         };
-        // A process with waiters asks, in the transaction, whether this session listens.
-        let listens = async {
-            match self.wakeups.any() {
-                true => c.query_typed(LISTENS, &[]).await.map(Some),
-                false => Ok(None),
-            }
-        };
-        let (b, cr, records, clock, rows, listens) = tokio::join!(
+        let (b, cr, records, clock, rows) = tokio::join!(
             begin,
             insert,
             c.query_typed(&self.sql.lock_records, &all),
             c.query_typed(self.sql.clock, &[]),
             c.query_typed(&self.sql.rows, &all),
-            listens,
         );
         b?;
         cr?;
         let (records, clock, rows) = (records?, clock?, rows?);
-        if let Some(row) = listens?.as_ref().and_then(|rows| rows.first()) {
-            self.session_listens(row);
-        }
         if create && !create_first && records.len() < names.len() {
             return Ok(Tried::Missing);
         }
@@ -164,13 +153,19 @@ impl Postgres {
         Ok(Tried::Done)
     }
 
-    /// Note what the server said this session listens on (`LISTENS`). A pooler in
-    /// transaction mode passes a LISTEN to a server connection the client then leaves, and
-    /// may pair the two again and again while the crowd is small: a server port other than
-    /// the URL's says there is one in between (PgBouncer's own port), and then nothing counts
-    /// as heard. (A port mapped on the way, a container's, costs only that: waiters far back
-    /// look as often as the others.)
-    fn session_listens(&self, row: &Row) {
+    /// Ask the server, after a LISTEN, what this session listens on (`LISTENS`), and note it.
+    /// A pooler in transaction mode passes a LISTEN to a server connection the client then
+    /// leaves, and may pair the two again and again while the crowd is small: a server port
+    /// other than the URL's says there is one in between (PgBouncer's own port), and then
+    /// nothing counts as heard. (A port mapped on the way, a container's, costs only that:
+    /// waiters far back look as often as the others; so does a server that cannot answer.)
+    async fn session_listens(&self, c: &Client) {
+        let Ok(rows) = c.query_typed(LISTENS, &[]).await else {
+            return;
+        };
+        let Some(row) = rows.first() else {
+            return;
+        };
         let port: i32 = row.get(1);
         let channels = match port == i32::from(self.port) {
             true => row.get::<_, Vec<String>>(0).into_iter().collect(),
@@ -498,12 +493,14 @@ impl Backend for Postgres {
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         let channel = schema::channel(token);
         let listener = self.wakeups.register(&channel);
-        match listen_on(&*self.session().await?, &channel).await {
+        let c = self.session().await?;
+        match listen_on(&c, &channel).await {
             // The connection broke under the LISTEN: the next session LISTENs on every
             // registered channel (`open`), and until then the waiter looks again every
             // `MAX_POLL`.
             Err(e) if e.kind() != ErrorKind::Unavailable => return Err(e),
-            _ => {}
+            Err(_) => {}
+            Ok(()) => self.session_listens(&c).await,
         }
         Ok(Box::new(listener))
     }

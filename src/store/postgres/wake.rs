@@ -16,11 +16,10 @@ use crate::store::{Listener, StoreError, StoreResult};
 /// Waiters of this process by channel. A notification that arrives before its waiter waits
 /// is kept (as `Notify`'s one permit), so a release between two looks is never lost.
 ///
-/// Beside them, the channels the server said this session listens on, read inside the last
-/// transaction of a process with waiters (`pg_listening_channels()`). Behind a pooler in
-/// transaction mode a LISTEN stays on a server connection the client leaves, so this is
-/// (almost always) empty there, and a waiter far back in line looks as often as any other
-/// (`record::rules::Far`): it would hear no wake-up.
+/// Beside them, the channels the server said this session listens on, asked after each
+/// LISTEN (`Postgres::session_listens`). Behind a pooler that is empty, and a waiter far
+/// back in line looks as often as any other (`record::rules::Far`): it would hear no
+/// wake-up.
 #[derive(Default)]
 pub struct Wakeups(Mutex<HashMap<String, Arc<Notify>>>, Mutex<HashSet<String>>);
 
@@ -42,11 +41,6 @@ impl Wakeups {
             channel: channel.to_string(),
             all: self.clone(),
         }
-    }
-
-    /// Whether a waiter of this process listens.
-    pub fn any(&self) -> bool {
-        !self.0.lock().unwrap().is_empty()
     }
 
     /// What the server said this session listens on.
