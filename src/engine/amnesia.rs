@@ -90,10 +90,7 @@ pub(super) fn judge(answers: Vec<Answer>) -> (Vec<(usize, StoreResult<Attempt>)>
                 let wait = forgot.iter().filter_map(|&j| horizon[j]).max();
                 if let Some(wait) = wait {
                     verdict.abstained.push(i);
-                    return Attempt::Busy {
-                        retry_after: Some(wait + Duration::from_millis(1)),
-                        patience: None,
-                    };
+                    return Attempt::busy(Some(wait + Duration::from_millis(1)));
                 }
                 for &j in forgot.iter().filter(|&&j| marked[j]) {
                     // What ended before is unknown to this member: say the pessimistic answer.
@@ -131,10 +128,7 @@ mod tests {
             marked,
             horizon: Duration::from_millis(4000),
         };
-        let a = Attempt::Busy {
-            retry_after: Some(Duration::from_millis(4000)),
-            patience: None,
-        };
+        let a = Attempt::busy(Some(Duration::from_millis(4000)));
         Ok((a, vec![rc]))
     }
 

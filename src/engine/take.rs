@@ -35,8 +35,8 @@ struct Answers {
     granted: Vec<(usize, Vec<Granted>)>,
     busy: usize,
     retry_after: Option<Duration>,
-    /// The least patience of the busy stores (`Attempt::Busy`).
-    patience: Duration,
+    /// The least patience of the busy stores (`Attempt::Busy`), if any was busy.
+    patience: Option<Duration>,
     errors: Vec<(usize, StoreError)>,
 }
 
@@ -96,8 +96,7 @@ impl Driver for Take<'_> {
             };
             Look::Busy(Pace {
                 retry_after: a.retry_after,
-                // Every busy store's patience allows the pause (none busy: the usual poll).
-                patience: if a.busy > 0 { a.patience } else { MAX_POLL },
+                patience: a.patience.unwrap_or(MAX_POLL),
                 then,
             })
         };
@@ -142,7 +141,7 @@ fn sort(engine: &Engine, results: Vec<(usize, StoreResult<Attempt>)>) -> Answers
         granted: Vec::new(),
         busy: 0,
         retry_after: None,
-        patience: Duration::MAX,
+        patience: None,
         errors: Vec::new(),
     };
     for (i, r) in results {
@@ -156,7 +155,8 @@ fn sort(engine: &Engine, results: Vec<(usize, StoreResult<Attempt>)>) -> Answers
                 patience,
             }) => {
                 a.busy += 1;
-                a.patience = a.patience.min(patience.unwrap_or(MAX_POLL));
+                let p = patience.unwrap_or(MAX_POLL);
+                a.patience = Some(a.patience.map_or(p, |q: Duration| q.min(p)));
                 if let Some(ra) = ra {
                     a.retry_after = Some(a.retry_after.map_or(ra, |r: Duration| r.min(ra)));
                 }

@@ -362,6 +362,16 @@ pub enum Attempt {
     },
 }
 
+impl Attempt {
+    /// Busy, with the usual patience (`MAX_POLL`).
+    pub fn busy(retry_after: Option<Duration>) -> Attempt {
+        Attempt::Busy {
+            retry_after,
+            patience: None,
+        }
+    }
+}
+
 /// One holder as a store reports it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Holder {

@@ -62,10 +62,7 @@ impl Inner {
         if let Some(granted) = self.handed(req, &snap, spare.map(|l| l.id)).await? {
             return Ok(Attempt::Granted(granted));
         }
-        let mut outcome = Attempt::Busy {
-            retry_after: Some(Duration::from_millis(5)),
-            patience: None,
-        };
+        let mut outcome = Attempt::busy(Some(Duration::from_millis(5)));
         let mut read_ahead = true;
         for _ in 0..ROUNDS {
             if !std::mem::take(&mut read_ahead) {
@@ -103,10 +100,7 @@ impl Inner {
             }
             let queued = snap.queues.iter().all(|q| q.find(&req.token).is_some());
             if !queue {
-                outcome = Attempt::Busy {
-                    retry_after: None,
-                    patience: None,
-                };
+                outcome = Attempt::busy(None);
                 break;
             }
             if !queued {
@@ -116,10 +110,7 @@ impl Inner {
                 continue;
             }
             self.keep_waiting(req, &snap).await?;
-            outcome = Attempt::Busy {
-                retry_after: None,
-                patience: None,
-            };
+            outcome = Attempt::busy(None);
             break;
         }
         Ok(outcome)

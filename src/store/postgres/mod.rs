@@ -57,7 +57,7 @@ pub struct Postgres {
 type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 /// The channels this session listens on, and the port the server took the connection on
-/// (`Postgres::session_listens`), asked once after a waiter's LISTEN.
+/// (`Postgres::session_listens`), asked once behind a waiter's LISTEN.
 const LISTENS: &str =
     "SELECT ARRAY(SELECT pg_listening_channels())::text[], coalesce(inet_server_port(), 0)";
 
@@ -153,7 +153,8 @@ impl Postgres {
         Ok(Tried::Done)
     }
 
-    /// Ask the server, after a LISTEN, what this session listens on (`LISTENS`), and note it.
+    /// Ask the server, right behind a LISTEN, what this session listens on (`LISTENS`), and
+    /// note it (a LISTEN that failed leaves its channel out of the answer).
     /// A pooler in transaction mode passes a LISTEN to a server connection the client then
     /// leaves, and may pair the two again and again while the crowd is small: a server port
     /// other than the URL's says there is one in between (PgBouncer's own port), and then
@@ -494,13 +495,14 @@ impl Backend for Postgres {
         let channel = schema::channel(token);
         let listener = self.wakeups.register(&channel);
         let c = self.session().await?;
-        match listen_on(&c, &channel).await {
+        // Pipelined: the question goes out behind the LISTEN, in the same round trip.
+        let (listened, _) = tokio::join!(listen_on(&c, &channel), self.session_listens(&c));
+        match listened {
             // The connection broke under the LISTEN: the next session LISTENs on every
             // registered channel (`open`), and until then the waiter looks again every
             // `MAX_POLL`.
             Err(e) if e.kind() != ErrorKind::Unavailable => return Err(e),
-            Err(_) => {}
-            Ok(()) => self.session_listens(&c).await,
+            _ => {}
         }
         Ok(Box::new(listener))
     }

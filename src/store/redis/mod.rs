@@ -321,10 +321,7 @@ impl RedisStore {
         if ok == 0 {
             let retry: i64 =
                 redis::from_redis_value(it.next().ok_or_else(bad)?).map_err(|_| bad())?;
-            let busy = Attempt::Busy {
-                retry_after: (retry >= 0).then(|| Duration::from_millis(retry as u64)),
-                patience: None,
-            };
+            let busy = Attempt::busy((retry >= 0).then(|| Duration::from_millis(retry as u64)));
             let seq = it
                 .next()
                 .and_then(|v| redis::from_redis_value::<i64>(v).ok());

@@ -24,10 +24,7 @@ impl Inner {
                 // Our entry is gone (its session expired, or `unlock --force`): enqueue again
                 // on the next attempt, at the back, as any newcomer.
                 self.forget(&req.token);
-                return Ok(Attempt::Busy {
-                    retry_after: Some(Duration::ZERO),
-                    patience: None,
-                });
+                return Ok(Attempt::busy(Some(Duration::ZERO)));
             }
             let held = self.held(&c, &req.names, &views, None, false).await?;
             let mut watch = Vec::new();
@@ -73,25 +70,16 @@ impl Inner {
             }
             if !queue {
                 self.withdraw(&c, req, &own).await?;
-                return Ok(Attempt::Busy {
-                    retry_after,
-                    patience: None,
-                });
+                return Ok(Attempt::busy(retry_after));
             }
             self.watch(&c, &req.token, watch).await?;
-            return Ok(Attempt::Busy {
-                retry_after,
-                patience: None,
-            });
+            return Ok(Attempt::busy(retry_after));
         }
         // Lost every compare-and-set to other grants: busy for now, like any contended lock.
         if !queue {
             self.withdraw(&c, req, &own).await?;
         }
-        Ok(Attempt::Busy {
-            retry_after,
-            patience: None,
-        })
+        Ok(Attempt::busy(retry_after))
     }
 
     /// Our queue entries, created once per token in one multi-op (all names or none).
