@@ -4,8 +4,9 @@
 //! (`runuser`), in a dir it owns. `initdb` takes seconds, so it runs once per test binary
 //! and each server starts from a copy of that cluster.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -200,6 +201,20 @@ impl PgServer {
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     }
 
+    /// A psql session of the superuser, kept open: what it is sent runs as it arrives, so
+    /// a transaction can stay open across steps of a test. It ends when dropped.
+    pub fn session(&self) -> PsqlSession {
+        let child = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", "postgres", "-Aqt"])
+            .env("PGPASSWORD", "secret")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("psql (apt-get install -y postgresql-client-15)");
+        PsqlSession(child)
+    }
+
     /// The postmaster's pid (first line of postmaster.pid).
     pub fn pid(&self) -> u32 {
         let text = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
@@ -257,5 +272,25 @@ impl PgServer {
 impl Drop for PgServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// An open psql session (`PgServer::session`).
+pub struct PsqlSession(Child);
+
+impl PsqlSession {
+    /// Send statements; they run once psql reads them (check their effect, not this call).
+    pub fn send(&mut self, sql: &str) {
+        let stdin = self.0.stdin.as_mut().expect("psql's stdin");
+        writeln!(stdin, "{sql}").expect("psql is running");
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for PsqlSession {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

@@ -75,6 +75,15 @@ pub trait Backend: Send + Sync + 'static {
     async fn transact(&self, names: &[String], create: bool, decide: Decide<'_>)
     -> StoreResult<()>;
 
+    /// `transact` for a request's first attempt (records created if missing). A crowd that
+    /// arrives at once makes its first attempts together; where a store queues record locks
+    /// in arrival order, a release or a woken waiter's grant would queue behind the whole
+    /// crowd. A backend may keep first attempts in a queue of their own, apart from the
+    /// records, so that those wait behind at most one of them. By default, `transact`.
+    async fn transact_arrival(&self, names: &[String], decide: Decide<'_>) -> StoreResult<()> {
+        self.transact(names, true, decide).await
+    }
+
     /// Start listening for the wake-ups addressed to this waiter's token.
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>>;
 

@@ -22,6 +22,21 @@ pub struct RecordStore<B: Backend> {
     /// the engine's timeout), so the grant may have been committed unheard: their release
     /// goes out blind first (`Backend::release_unheard`).
     unheard: Mutex<HashSet<String>>,
+    /// Tokens whose attempt was answered here and that are not yet granted or released: the
+    /// others' attempts are first attempts, made through `Backend::transact_arrival` (so is
+    /// one again after a first that got no answer).
+    arrived: Mutex<HashSet<String>>,
+}
+
+/// Which transaction an operation makes (`Backend::transact` or `transact_arrival`).
+#[derive(Clone, Copy, PartialEq)]
+enum Tx {
+    /// On records that exist already: a name without one has nothing to change.
+    Existing,
+    /// Creating the missing records.
+    Create,
+    /// A request's first attempt (creating the missing records).
+    Arrival,
 }
 
 impl<B: Backend> RecordStore<B> {
@@ -30,6 +45,7 @@ impl<B: Backend> RecordStore<B> {
             rules: backend.rules(),
             backend,
             unheard: Mutex::default(),
+            arrived: Mutex::default(),
         }
     }
 
@@ -44,6 +60,20 @@ impl<B: Backend> RecordStore<B> {
 
     fn is_unheard(&self, token: &str) -> bool {
         self.unheard.lock().unwrap().contains(token)
+    }
+
+    /// The transaction of `token`'s next attempt.
+    fn attempt_tx(&self, token: &str) -> Tx {
+        match self.arrived.lock().unwrap().contains(token) {
+            true => Tx::Create,
+            false => Tx::Arrival,
+        }
+    }
+
+    /// `token`'s request was granted or withdrawn.
+    fn done(&self, token: &str) {
+        self.arrived.lock().unwrap().remove(token);
+        self.backend.done(token);
     }
 
     /// The rules' view of the store at `now`.
@@ -62,20 +92,24 @@ impl<B: Backend> RecordStore<B> {
     async fn decide<T: Default + Send>(
         &self,
         names: &[String],
-        create: bool,
+        tx: Tx,
         always_flush: bool,
         mut rule: impl FnMut(&Ctx, &mut [Rows]) -> (T, Vec<Write>) + Send,
     ) -> StoreResult<T> {
         let mut answer = T::default();
-        self.backend
-            .transact(names, create, &mut |now, rows| {
-                let (a, writes) = rule(&self.ctx(now), rows);
-                answer = a;
-                let flush =
-                    always_flush || writes.iter().any(|w| matches!(w, Write::PutHolder { .. }));
-                Decision { writes, flush }
-            })
-            .await?;
+        let mut decide = |now, rows: &mut [Rows]| {
+            let (a, writes) = rule(&self.ctx(now), rows);
+            answer = a;
+            let flush = always_flush || writes.iter().any(|w| matches!(w, Write::PutHolder { .. }));
+            Decision { writes, flush }
+        };
+        match tx {
+            Tx::Arrival => self.backend.transact_arrival(names, &mut decide).await?,
+            _ => {
+                let create = tx == Tx::Create;
+                self.backend.transact(names, create, &mut decide).await?
+            }
+        }
         Ok(answer)
     }
 
@@ -154,16 +188,24 @@ impl<B: Backend> Store for RecordStore<B> {
         // a word; cleared only once the answer is heard.
         self.mark_unheard(&req.token, true);
         let (outcome, recall) = self
-            .decide(&req.names, true, false, |cx, rows| {
-                let recall = rules::recall(rows, cx.now, &self.rules);
-                let (o, writes) = rules::grant(rows, cx, &grant);
-                (Some((o, recall)), writes)
-            })
+            .decide(
+                &req.names,
+                self.attempt_tx(&req.token),
+                false,
+                |cx, rows| {
+                    let recall = rules::recall(rows, cx.now, &self.rules);
+                    let (o, writes) = rules::grant(rows, cx, &grant);
+                    (Some((o, recall)), writes)
+                },
+            )
             .await?
             .expect("the transaction decided");
         self.mark_unheard(&req.token, false);
-        if matches!(outcome, Outcome::Granted(_)) {
-            self.backend.done(&req.token);
+        match outcome {
+            Outcome::Granted(_) => self.done(&req.token),
+            Outcome::Busy(..) => {
+                self.arrived.lock().unwrap().insert(req.token.clone());
+            }
         }
         let recall = match self.rules.forgetful {
             true => recall,
@@ -176,7 +218,7 @@ impl<B: Backend> Store for RecordStore<B> {
         if !self.rules.forgetful {
             return Ok(());
         }
-        self.decide(names, true, false, |_, rows| ((), rules::mark(rows)))
+        self.decide(names, Tx::Create, false, |_, rows| ((), rules::mark(rows)))
             .await
     }
 
@@ -187,7 +229,7 @@ impl<B: Backend> Store for RecordStore<B> {
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         let ttl = self.rules.ticks(ttl);
         let renewal = self
-            .decide(names, false, false, |cx, rows| {
+            .decide(names, Tx::Existing, false, |cx, rows| {
                 let (r, writes) = rules::renew(rows, cx.now, token, ttl);
                 (Some(r), writes)
             })
@@ -221,26 +263,28 @@ impl<B: Backend> Store for RecordStore<B> {
             && let Some(held) = self.backend.release_unheard(names, token).await
         {
             self.mark_unheard(token, false);
-            self.backend.done(token);
+            self.done(token);
             return Ok(held);
         }
         let held = self
-            .decide(names, false, false, |cx, rows| {
+            .decide(names, Tx::Existing, false, |cx, rows| {
                 rules::release(rows, cx, token, outcome)
             })
             .await?;
         self.mark_unheard(token, false);
-        self.backend.done(token);
+        self.done(token);
         Ok(held)
     }
 
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        self.decide(names, false, false, |cx, rows| rules::force(rows, cx))
-            .await
+        self.decide(names, Tx::Existing, false, |cx, rows| {
+            rules::force(rows, cx)
+        })
+        .await
     }
 
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
-        self.decide(names, true, true, |_, rows| {
+        self.decide(names, Tx::Create, true, |_, rows| {
             ((), rules::raise(rows, fences))
         })
         .await
@@ -251,7 +295,7 @@ impl<B: Backend> Store for RecordStore<B> {
         let state = match self.backend.peek(&names, None) {
             Some((now, rows)) => rows.first().map(|r| rules::view(r, &self.ctx(now))),
             None => {
-                self.decide(&names, false, false, |cx, rows| {
+                self.decide(&names, Tx::Existing, false, |cx, rows| {
                     (rows.first().map(|r| rules::view(r, cx)), Vec::new())
                 })
                 .await?
@@ -272,3 +316,7 @@ impl<B: Backend> Store for RecordStore<B> {
         self.backend.health(query).await
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
