@@ -12,30 +12,22 @@ use redis::{Cmd, RedisResult, Value, cmd};
 use super::cluster::Cluster;
 use super::redial::{Redial, Retry};
 
+/// The scripts' SHA-1, computed by build.rs: `GRANT` for grant.lua and so on.
+pub mod sha {
+    include!(concat!(env!("OUT_DIR"), "/lua_sha.rs"));
+}
+
 /// A Lua script with its SHA1, sent by hash and loaded when the server does not know it.
 pub struct Lua {
     pub source: &'static str,
-    /// Hashed when first sent: a run sends two of the seven scripts.
-    sha: std::sync::OnceLock<String>,
+    pub sha: &'static str,
 }
 
 impl Lua {
-    pub fn new(source: &'static str) -> Lua {
-        Lua {
-            source,
-            sha: std::sync::OnceLock::new(),
-        }
-    }
-
-    pub fn sha(&self) -> &str {
-        self.sha
-            .get_or_init(|| redis::Script::new(self.source).get_hash().to_string())
-    }
-
     fn call(&self, by_hash: bool, keys: &[String], args: &[String]) -> Cmd {
         let mut c = if by_hash {
             let mut c = cmd("EVALSHA");
-            c.arg(self.sha());
+            c.arg(self.sha);
             c
         } else {
             let mut c = cmd("EVAL");

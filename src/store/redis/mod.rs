@@ -44,9 +44,13 @@ use super::{
     MAX_POLL, Mode, Outcome, Previous, Recall, Store, StoreError, StoreResult, TagWrite, Waiter,
 };
 
+/// The script of `$file`, sent after common.lua, with its SHA-1 (`conn::sha::$sha`).
 macro_rules! script {
-    ($file:literal) => {
-        concat!(include_str!("common.lua"), include_str!($file))
+    ($file:literal, $sha:ident) => {
+        Lua {
+            source: concat!(include_str!("common.lua"), include_str!($file)),
+            sha: conn::sha::$sha,
+        }
     };
 }
 
@@ -65,13 +69,13 @@ struct Scripts {
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            grant: Lua::new(script!("grant.lua")),
-            renew: Lua::new(script!("renew.lua")),
-            release: Lua::new(script!("release.lua")),
-            force: Lua::new(script!("force.lua")),
-            raise: Lua::new(script!("raise.lua")),
-            inspect: Lua::new(script!("inspect.lua")),
-            mark: Lua::new(script!("mark.lua")),
+            grant: script!("grant.lua", GRANT),
+            renew: script!("renew.lua", RENEW),
+            release: script!("release.lua", RELEASE),
+            force: script!("force.lua", FORCE),
+            raise: script!("raise.lua", RAISE),
+            inspect: script!("inspect.lua", INSPECT),
+            mark: script!("mark.lua", MARK),
             cold: AtomicBool::new(false),
         }
     }
@@ -719,5 +723,28 @@ impl Listener for Wakeup {
         if self.ended {
             tokio::time::sleep_until(until).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Scripts;
+
+    /// build.rs hashed each script as it is sent: what a server names it by (redis-rs
+    /// hashes as Redis does).
+    #[test]
+    fn each_script_goes_by_its_own_sha1() {
+        let s = Scripts::new();
+        let all = [
+            &s.grant, &s.renew, &s.release, &s.force, &s.raise, &s.inspect, &s.mark,
+        ];
+        for lua in all {
+            let sha = redis::Script::new(lua.source).get_hash().to_string();
+            assert_eq!(lua.sha, sha, "{}", &lua.source[lua.source.len() - 200..]);
+        }
+        let mut shas: Vec<_> = all.iter().map(|l| l.sha).collect();
+        shas.sort_unstable();
+        shas.dedup();
+        assert_eq!(shas.len(), 7);
     }
 }
