@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common::line::Waiters;
 use crate::common::mysql::MariaDb;
 use crate::common::pgbouncer::PgBouncer;
 use crate::common::postgres::PgServer;
@@ -347,7 +348,8 @@ fn postgres_arrivals_wait_apart_from_the_record() {
     let db = PgServer::start();
     let env = Env::with_stores(vec![db.url()]);
     let (go, log) = (env.path("go"), env.path("log"));
-    let holder = env.hold_until("crowd", &go);
+    // Stopped if the test fails before they finish (they would wait on for the server).
+    let mut holder = Waiters(vec![env.hold_until("crowd", &go)]);
     let mut slow = db.session();
     slow.send("BEGIN; SELECT 1 FROM dlock.records WHERE name = 'crowd' FOR UPDATE;");
     let in_transaction = "SELECT count(*) FROM pg_stat_activity
@@ -364,14 +366,13 @@ fn postgres_arrivals_wait_apart_from_the_record() {
         .unwrap()
     };
     let script = format!("echo in >> {0}; sleep 0.05; echo out >> {0}", log.display());
-    let crowd: Vec<_> = (0..10)
-        .map(|_| {
-            // Answers held up for as long as the test takes are not failures here.
-            let args = ["--store-timeout", "25s", "run", "crowd", "--ttl", "90s"];
-            let args = [&args[..], &["--", "sh", "-c"]].concat();
-            env.spawn(&[&args[..], &[script.as_str()]].concat())
-        })
-        .collect();
+    let mut crowd = Waiters(Vec::new());
+    crowd.0.extend((0..10).map(|_| {
+        // Answers held up for as long as the test takes are not failures here.
+        let args = ["--store-timeout", "25s", "run", "crowd", "--ttl", "90s"];
+        let args = [&args[..], &["--", "sh", "-c"]].concat();
+        env.spawn(&[&args[..], &[script.as_str()]].concat())
+    }));
     let arrived = wait_for(Duration::from_secs(30), || waits("IS NOT NULL") == 10);
     assert!(arrived, "{} of 10 attempts waiting", waits("IS NOT NULL"));
     assert_eq!(waits("= 'advisory'"), 9, "arrivals waiting at the door");
@@ -379,8 +380,9 @@ fn postgres_arrivals_wait_apart_from_the_record() {
     // The holder's release queues on the record too, behind the one arrival.
     assert!(wait_for(Duration::from_secs(30), || waits("<> 'advisory'") == 2));
     slow.send("COMMIT;");
+    let holder = holder.0.pop().unwrap();
     assert_code(&finish(holder, Duration::from_secs(30)), 0);
-    for w in crowd {
+    while let Some(w) = crowd.0.pop() {
         assert_code(&finish(w, Duration::from_secs(60)), 0);
     }
     let log = std::fs::read_to_string(&log).unwrap();
