@@ -124,7 +124,7 @@ impl Postgres {
         let begin = c.batch_execute("BEGIN");
         let door = async {
             match door {
-                true => c.query_typed(&self.sql.door, &all).await.map(|_| ()),
+                true => c.query_typed(schema::DOOR, &all).await.map(|_| ()),
                 false => Ok(()),
             }
         };
@@ -486,7 +486,7 @@ impl Backend for Postgres {
         self.transaction(names, create, false, decide).await
     }
 
-    /// Through the names' doors (`Sql::door`): in a herd of 300 on one name, the crowd's
+    /// Through the names' doors (`schema::DOOR`): in a herd of 300 on one name, the crowd's
     /// first attempts queued on the record's row lock ahead of the releases, and a handoff
     /// there took up to 670 ms.
     async fn transact_arrival(&self, names: &[String], decide: Decide<'_>) -> StoreResult<()> {

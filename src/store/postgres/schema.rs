@@ -16,7 +16,6 @@ pub struct Sql {
     pub schema: String,
     pub setup: String,
     pub create_records: String,
-    pub door: String,
     pub lock_records: String,
     pub clock: &'static str,
     pub rows: String,
@@ -32,9 +31,16 @@ pub struct Sql {
 /// An advisory lock key of dlock's own, held while creating its tables.
 pub(super) const SETUP_LOCK: i64 = 0x646c_6f63_6b00;
 
-/// The first key of a name's door (`Sql::door`): the two-key space, apart from `SETUP_LOCK`'s
-/// and any one-key lock of the database's own users.
-const DOOR_CLASS: i32 = 0x646c_6f63;
+/// A first attempt's queue of its own (`Backend::transact_arrival`): a lock per name, taken
+/// before the records' and held to the end of the transaction, so that the crowd waits here
+/// and at most one of it holds or waits for a record's row lock at a time. In name order: the
+/// names come sorted, and `unnest` keeps their order (no sort to plan). Its first key,
+/// 1684828003 (0x646c6f63, "dloc"), puts it in the two-key space, apart from `SETUP_LOCK`'s
+/// and any one-key lock of the database's own users. Only an order: two names that share a
+/// door (their hashes meet) share a queue, and a client without doors locks the records as
+/// before.
+pub const DOOR: &str = "SELECT pg_advisory_xact_lock(1684828003, hashtext($1 || '/' || n))
+     FROM unnest($2::text[]) AS n";
 
 impl Sql {
     pub fn new(schema: &str) -> Sql {
@@ -65,17 +71,6 @@ impl Sql {
                 "INSERT INTO {s}.records (ns, name)
                  SELECT $1, n FROM unnest($2::text[]) AS n ORDER BY n
                  ON CONFLICT DO NOTHING"
-            ),
-            // A first attempt's queue of its own (`Backend::transact_arrival`): a lock per
-            // name, in name order, taken before the records' and held to the end of the
-            // transaction, so that the crowd waits here and at most one of it holds or waits
-            // for a record's row lock at a time. Only an order: two names that share a door
-            // (their hashes meet) share a queue, and a client without doors locks the records
-            // as before.
-            // The names come sorted, and unnest keeps their order: no sort to plan.
-            door: format!(
-                "SELECT pg_advisory_xact_lock({DOOR_CLASS}, hashtext($1 || '/' || n))
-                 FROM unnest($2::text[]) AS n"
             ),
             lock_records: format!(
                 "SELECT name, fence, previous, wseq FROM {s}.records

@@ -28,22 +28,7 @@ impl Backend for Held {
         decide: super::super::Decide<'_>,
     ) -> StoreResult<()> {
         self.others.fetch_add(1, Ordering::SeqCst);
-        let mut rows: Vec<Rows> = names
-            .iter()
-            .map(|n| Rows {
-                name: n.clone(),
-                holders: vec![rules::HolderRow {
-                    token: "someone".into(),
-                    mode: "exclusive".into(),
-                    fence: 1,
-                    expires: i64::MAX,
-                    meta: "{}".into(),
-                }],
-                ..Rows::default()
-            })
-            .collect();
-        decide(0, &mut rows);
-        Ok(())
+        held(names, decide)
     }
 
     async fn transact_arrival(
@@ -58,8 +43,7 @@ impl Backend for Held {
             ));
         }
         self.arrivals.fetch_add(1, Ordering::SeqCst);
-        self.others.fetch_sub(1, Ordering::SeqCst);
-        self.transact(names, true, decide).await
+        held(names, decide)
     }
 
     async fn listen(&self, _: &str) -> StoreResult<Box<dyn Listener>> {
@@ -73,6 +57,26 @@ impl Backend for Held {
     async fn held_names(&self, _: &str) -> StoreResult<Vec<String>> {
         Ok(Vec::new())
     }
+}
+
+/// Decide on `names`, each held by someone else; nothing is written.
+fn held(names: &[String], decide: super::super::Decide<'_>) -> StoreResult<()> {
+    let mut rows: Vec<Rows> = names
+        .iter()
+        .map(|n| Rows {
+            name: n.clone(),
+            holders: vec![rules::HolderRow {
+                token: "someone".into(),
+                mode: "exclusive".into(),
+                fence: 1,
+                expires: i64::MAX,
+                meta: "{}".into(),
+            }],
+            ..Rows::default()
+        })
+        .collect();
+    decide(0, &mut rows);
+    Ok(())
 }
 
 fn request(token: &str) -> Acquire {
