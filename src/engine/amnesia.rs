@@ -50,6 +50,20 @@ pub(super) fn decided(done: &[Answer], need: usize) -> bool {
         || done.iter().filter(|(_, r)| busy(r)).count() >= need
 }
 
+/// Whether the answers so far split the vote: a majority answered, some busy, and too few
+/// granted to hold without a member still to answer. Such a member breaks the tie if it
+/// answers; one that never does (frozen) would cost every split the whole store timeout. The
+/// engine does not wait for a member that has given no answer at all (`Reach::is_silent`):
+/// the attempt fails, which is always safe, and the contenders queue again (`take`).
+pub(super) fn split(done: &[Answer], need: usize) -> bool {
+    let granted =
+        |r: &StoreResult<(Attempt, Vec<Recall>)>| matches!(r, Ok((Attempt::Granted(_), _)));
+    let busy = |r: &StoreResult<(Attempt, Vec<Recall>)>| matches!(r, Ok((Attempt::Busy { .. }, _)));
+    done.len() >= need
+        && done.iter().any(|(_, r)| busy(r))
+        && done.iter().filter(|(_, r)| granted(r)).count() < need
+}
+
 /// Apply the rule to every answer of one attempt: grants of members that forgot while another
 /// member remembers a live lease become busy answers; the rest keep their grants, told
 /// `expired` where their own memory of the name is gone.

@@ -10,22 +10,14 @@
 //! what it asked of it (`Engine::give_back_later`).
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, Shared};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::time::{Instant, timeout};
 
 use super::{Engine, name_store};
-use crate::store::{ErrorKind, Outcome, Store, StoreError, StoreResult};
-
-/// The give-backs still on their way to one store, sent in the background (the last of a
-/// chain). Every later call to that store waits for them first: a give-back of an attempt
-/// must never land after the next attempt of the same token, whose grant it would take away
-/// (the checker saw two holders when it did).
-pub(super) type Behind = Mutex<Option<Shared<BoxFuture<'static, ()>>>>;
+use crate::store::{ErrorKind, Store, StoreError, StoreResult};
 
 /// How long stragglers get once the answers in hand decide a call.
 #[derive(Clone, Copy, Debug)]
@@ -142,20 +134,24 @@ impl Engine {
         call: impl Future<Output = StoreResult<T>> + 'a,
     ) -> impl Future<Output = (usize, StoreResult<T>)> + 'a {
         let (s, limit, reach) = (self.stores[i].as_ref(), self.store_timeout, &self.reach);
-        let before = self.behind(i);
+        let (behind, before) = (&self.behind[i], self.behind[i].last());
         async move {
             let call = async move {
                 if let Some(b) = before {
                     b.await;
                 }
+                behind.sent();
                 call.await
             };
             let r = match timeout(limit, call).await {
                 Ok(r) => r,
-                Err(_) => Err(StoreError::unavailable(format!(
-                    "no answer within {} (raise --store-timeout if the store is slow)",
-                    humantime::format_duration(limit)
-                ))),
+                Err(_) => {
+                    reach.silent(i);
+                    Err(StoreError::unavailable(format!(
+                        "no answer within {} (raise --store-timeout if the store is slow)",
+                        humantime::format_duration(limit)
+                    )))
+                }
             };
             let r = r.map_err(|e| name_store(s, e));
             match &r {
@@ -196,31 +192,11 @@ impl Engine {
             .await
     }
 
-    fn behind(&self, i: usize) -> Option<Shared<BoxFuture<'static, ()>>> {
-        self.behind[i]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Give back an attempt on store `i` in the background (it was found slow: a call was
-    /// just decided without it), after whatever was sent it so before; if this process ends
-    /// first, the lease's ttl ends it there.
-    pub(super) fn give_back_later(&self, i: usize, names: &[String], token: &str) {
-        let mut slot = self.behind[i].lock().unwrap_or_else(|p| p.into_inner());
-        let before = slot.take();
-        let (s, limit) = (self.stores[i].clone(), self.store_timeout);
-        let (names, token) = (names.to_vec(), token.to_string());
-        let give_back = async move {
-            if let Some(b) = before {
-                b.await;
-            }
-            let _ = timeout(limit, s.release(&names, &token, Outcome::Withdrawn)).await;
-        }
-        .boxed()
-        .shared();
-        tokio::spawn(give_back.clone());
-        *slot = Some(give_back);
+    /// Whether every store yet to answer is silent (`Reach::is_silent`).
+    pub(super) fn only_silent_left<T>(&self, done: &[(usize, StoreResult<T>)]) -> bool {
+        (0..self.stores.len())
+            .filter(|i| !done.iter().any(|(j, _)| j == i))
+            .all(|i| self.reach.is_silent(i))
     }
 }
 

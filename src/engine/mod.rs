@@ -6,6 +6,7 @@
 //! stores only through `crate::store::Store`.
 
 mod amnesia;
+mod behind;
 mod down;
 mod error;
 mod fan;
@@ -25,6 +26,8 @@ mod wait;
 
 #[cfg(test)]
 mod amnesia_tests;
+#[cfg(test)]
+mod split_tests;
 #[cfg(test)]
 mod tests;
 
@@ -83,8 +86,8 @@ pub struct Engine {
     store_timeout: Duration,
     /// Which stores have answered this process, and which are unreachable now.
     reach: Reach,
-    /// Per store, the give-backs sent it in the background (see `fan::Behind`).
-    behind: Vec<fan::Behind>,
+    /// Per store, the give-backs sent it in the background (see `behind`).
+    behind: Vec<behind::Behind>,
     /// Members whose amnesia marker did not take when they voted for a lease (`mark`).
     pending: mark::Pending,
 }
@@ -97,14 +100,18 @@ impl Engine {
         namespace: &str,
         store_timeout: Duration,
     ) -> Result<Engine, StoreError> {
-        let stores = open::all(urls, namespace, store_timeout).await?;
-        Ok(Engine::from_stores(stores, store_timeout))
+        let (stores, opening) = open::all(urls, namespace, store_timeout).await?;
+        let engine = Engine::from_stores(stores, store_timeout);
+        for i in opening {
+            engine.reach.silent(i);
+        }
+        Ok(engine)
     }
 
     pub fn from_stores(stores: Vec<Arc<dyn Store>>, store_timeout: Duration) -> Engine {
         Engine {
             reach: Reach::new(stores.len()),
-            behind: stores.iter().map(|_| fan::Behind::default()).collect(),
+            behind: stores.iter().map(|_| behind::Behind::default()).collect(),
             pending: mark::Pending::default(),
             stores,
             store_timeout,

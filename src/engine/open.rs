@@ -23,12 +23,13 @@ use crate::store::{ErrorKind, Store, StoreError};
 /// open goes on in the background. A store that could not be opened stays in the list as one
 /// that errors on every call (`Down`), so a quorum survives a minority being down. A URL
 /// that asks for something its store cannot do fails the whole open (a usage error): that is
-/// found before any I/O, so it is in hand before any store can have opened.
+/// found before any I/O, so it is in hand before any store can have opened. Also answers
+/// which stores were still opening (their server has not answered this process yet).
 pub(super) async fn all(
     urls: &[StoreUrl],
     namespace: &str,
     limit: Duration,
-) -> Result<Vec<Arc<dyn Store>>, StoreError> {
+) -> Result<(Vec<Arc<dyn Store>>, Vec<usize>), StoreError> {
     let opening = Arc::new(Opening::new(urls.len()));
     let mut slots: Vec<watch::Receiver<Opened>> = urls
         .iter()
@@ -55,7 +56,8 @@ pub(super) async fn all(
         }
         let opened = states.iter().filter(|s| matches!(s, Some(Ok(_)))).count();
         if opened >= opening.need || states.iter().all(Option::is_some) {
-            return Ok(urls
+            let still = (0..states.len()).filter(|&i| states[i].is_none()).collect();
+            let stores = urls
                 .iter()
                 .zip(states)
                 .zip(slots)
@@ -78,7 +80,8 @@ pub(super) async fn all(
                         again: None,
                     }),
                 })
-                .collect());
+                .collect();
+            return Ok((stores, still));
         }
         let pending = slots
             .iter_mut()

@@ -30,6 +30,9 @@ struct State {
     slow: bool,
     /// `-v` was told it is slow (once per process).
     told_slow: bool,
+    /// Not heard from at all: its open was not done when a majority's was, or its last call
+    /// had no answer within the store timeout. A split vote does not wait for it.
+    silent: bool,
 }
 
 /// A store that is unreachable now.
@@ -77,6 +80,7 @@ impl Reach {
         let back = self.with(i, |s| {
             s.error = None;
             s.slow = false;
+            s.silent = false;
             s.down_since.take().is_some()
         });
         if back {
@@ -112,6 +116,20 @@ impl Reach {
         if first && let Some(tell) = self.on_slow.get() {
             tell(desc);
         }
+    }
+
+    /// Store `i` has not been heard from: still opening, or a call had no answer at all
+    /// within the store timeout. Until it answers, see `is_silent`.
+    pub(super) fn silent(&self, i: usize) {
+        self.with(i, |s| s.silent = true);
+    }
+
+    /// Whether store `i` is silent: a split vote's tie is not left to it (`amnesia::split`).
+    /// Only a store that gave no answer at all is: one that answered slower than the others
+    /// (a distant member) is still waited for, or a waiter that needs it to break every
+    /// tie would never hold.
+    pub(super) fn is_silent(&self, i: usize) -> bool {
+        self.with(i, |s| s.silent)
     }
 
     /// Whether the last call to store `i` was decided without its answer.

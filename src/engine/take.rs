@@ -52,7 +52,10 @@ impl Driver for Take<'_> {
             .fan_out_until(
                 &engine.all(),
                 |s| s.attempt(req, queued),
-                |done| amnesia::decided(done, need),
+                |done| {
+                    amnesia::decided(done, need)
+                        || (amnesia::split(done, need) && engine.only_silent_left(done))
+                },
                 Linger::No,
             )
             .await;
@@ -73,14 +76,21 @@ impl Driver for Take<'_> {
             };
         }
         // Not held: give back what was granted, and whatever an erroring store may have
-        // granted without our hearing it. Busy stores granted nothing.
-        self.dirty = a
-            .granted
-            .iter()
-            .map(|(i, _)| *i)
-            .chain(a.errors.iter().map(|(i, _)| *i))
-            .chain(verdict.abstained.iter().copied())
-            .collect();
+        // granted without our hearing it. Busy stores granted nothing; but after a split
+        // vote the request leaves their lines too. Each member's line is in its own arrival
+        // order: two contenders each first on some members would otherwise split again at
+        // every try, each taking the other's place where it gave back, until one's life ran
+        // out. Both now queue again behind the others, after pauses of their own.
+        self.dirty = if a.busy > 0 && !a.granted.is_empty() {
+            engine.all()
+        } else {
+            a.granted
+                .iter()
+                .map(|(i, _)| *i)
+                .chain(a.errors.iter().map(|(i, _)| *i))
+                .chain(verdict.abstained.iter().copied())
+                .collect()
+        };
         if !self.dirty.is_empty() {
             engine.release_on(&self.dirty, req).await;
         }

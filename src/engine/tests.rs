@@ -24,7 +24,7 @@ fn stores() -> Vec<MemoryStore> {
 }
 
 /// One client's view of the stores: its own fault wrapper around each.
-fn client(stores: &[MemoryStore], timeout: Duration) -> (Engine, Vec<Arc<FaultyStore>>) {
+pub(super) fn client(stores: &[MemoryStore], timeout: Duration) -> (Engine, Vec<Arc<FaultyStore>>) {
     let faulty: Vec<Arc<FaultyStore>> = stores
         .iter()
         .map(|m| Arc::new(FaultyStore::new(Arc::new(m.clone()))))
@@ -461,7 +461,7 @@ async fn a_misconfigured_store_is_not_ridden_out() {
 }
 
 /// Grant `req` on one store alone, past the engine.
-async fn granted_on(m: &MemoryStore, req: &Acquire) {
+pub(super) async fn granted_on(m: &MemoryStore, req: &Acquire) {
     let r = m.try_acquire(req, false).await.unwrap();
     assert!(matches!(r, Attempt::Granted(_)), "{r:?}");
 }

@@ -4,9 +4,9 @@
 //!
 //! Time is `tokio::time::Instant`, the engine's own clock, so a test on a paused runtime
 //! (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) moves leases, timeouts and
-//! back-offs together and deterministically. Its waiters stand in a loose line and never
-//! expire: a queued attempt only registers the waiter (shown by `inspect`, removed by its
-//! release or its grant).
+//! back-offs together and deterministically. Its waiters stand in a loose line (or a fair one,
+//! `MemoryStore::fair`) and never expire: a queued attempt only registers the waiter (shown by
+//! `inspect`, removed by its release or its grant).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -36,16 +36,28 @@ pub struct Memory {
     releases: watch::Sender<u64>,
     /// The shard-list record (`Store::shard_list`), apart from the locks.
     shard_list: Mutex<Option<String>>,
+    line: Line,
 }
 
 impl MemoryStore {
     pub fn new(desc: impl Into<String>) -> MemoryStore {
+        MemoryStore::with_line(desc.into(), Line::Loose)
+    }
+
+    /// One whose waiters stand in a fair line, first come first served, as on the file store
+    /// and Redis: a grant passes no earlier waiter.
+    pub fn fair(desc: impl Into<String>) -> MemoryStore {
+        MemoryStore::with_line(desc.into(), Line::Fair)
+    }
+
+    fn with_line(desc: String, line: Line) -> MemoryStore {
         MemoryStore(Arc::new(RecordStore::new(Memory {
-            desc: desc.into(),
+            desc,
             base: Instant::now(),
             records: Mutex::default(),
             releases: watch::channel(0).0,
             shard_list: Mutex::default(),
+            line,
         })))
     }
 
@@ -98,7 +110,7 @@ impl Backend for Memory {
     fn rules(&self) -> Rules {
         Rules {
             tick: Duration::from_nanos(1),
-            line: Line::Loose,
+            line: self.line,
             waiter_ttl: None,
             forgetful: true,
             far: None,
