@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::tests::{client, granted_on, request};
+use super::tests::{TTL, client, granted_on, request};
 use super::{Engine, Wait};
 use crate::store::fault::{Fault, Op};
 use crate::store::memory::MemoryStore;
 use crate::store::{Acquire, Attempt, Outcome, Store};
 
-const TTL: Duration = Duration::from_secs(30);
 const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Five members in use for a while, with fair lines; the last will not answer the clients.

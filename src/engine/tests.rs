@@ -13,7 +13,7 @@ use crate::store::fault::{Fault, FaultyStore, Op};
 use crate::store::memory::MemoryStore;
 use crate::store::{Acquire, Attempt, ErrorKind, Mode, Outcome, Previous, Store};
 
-const TTL: Duration = Duration::from_secs(30);
+pub(super) const TTL: Duration = Duration::from_secs(30);
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Three in-memory stores, in use for a while (each has the marker of "job": see `amnesia`).
