@@ -216,6 +216,6 @@ pub(super) fn owner_decided(done: &[(usize, StoreResult<bool>)], need: usize, n:
 }
 
 /// Decided once a majority answered.
-fn majority_answered<T>(done: &[(usize, StoreResult<T>)], need: usize) -> bool {
+pub(super) fn majority_answered<T>(done: &[(usize, StoreResult<T>)], need: usize) -> bool {
     done.iter().filter(|(_, r)| r.is_ok()).count() >= need
 }

@@ -30,6 +30,8 @@ mod amnesia_tests;
 mod split_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod view_tests;
 
 use std::sync::Arc;
 use std::time::Duration;

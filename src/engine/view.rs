@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::error::{deciding_kind, one_of};
-use super::fan::Linger;
+use super::fan::{Linger, majority_answered};
 use super::{Engine, EngineError};
 use crate::store::{Holder, LockState, Previous, StoreError, StoreResult, Waiter};
 
@@ -64,6 +64,26 @@ pub fn merge(states: &[&LockState], need: usize) -> Merged {
     }
 }
 
+/// Whether the states in hand settle who holds each name, whatever the `rest` stores yet to
+/// answer say: every owner seen holds it on a majority already, or could not even with all of
+/// the rest. A read decided sooner showed a lease held on two of three stores as not held
+/// whenever its second store answered a little after a store that showed another owner (a
+/// loaded machine's full run did); a read waits for the rest then, bounded by the store
+/// timeout as always.
+pub(super) fn settled<'a>(
+    states: impl IntoIterator<Item = &'a LockState>,
+    rest: usize,
+    need: usize,
+) -> bool {
+    let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for st in states {
+        for h in &st.holders {
+            *seen.entry((&st.name, &h.owner)).or_default() += 1;
+        }
+    }
+    seen.values().all(|&c| c >= need || c + rest < need)
+}
+
 /// One name as every store answered a read of it.
 pub struct NameView {
     /// In store order: the store's description, what it knows of the name (or why it did not
@@ -111,11 +131,18 @@ impl Engine {
     /// read inside the same bounded fan-out: a store that stops answering after it connected
     /// shows as unreachable instead of holding the whole command up.
     pub async fn inspect(&self, name: &str) -> Vec<(String, StoreResult<LockState>, Vec<String>)> {
+        let (need, n) = (self.majority(), self.stores.len());
         let states = self
-            .fan_out_majority(
+            .fan_out_until(
+                &self.all(),
                 |s| async move {
                     let (st, w) = futures_util::join!(s.inspect(name), s.warnings());
                     st.map(|st| (st, w))
+                },
+                |done| {
+                    let states = done.iter().filter_map(|(_, r)| r.as_ref().ok());
+                    majority_answered(done, need)
+                        && settled(states.map(|(st, _)| st), n - done.len(), need)
                 },
                 Linger::Pace,
             )
@@ -143,8 +170,17 @@ impl Engine {
     /// The held names under `prefix`, each merged over the stores: an error where fewer than
     /// a majority answered.
     pub async fn held(&self, prefix: &str) -> Result<Vec<(String, Merged)>, EngineError> {
+        let (need, n) = (self.majority(), self.stores.len());
         let results = self
-            .fan_out_majority(|s| s.list(prefix), Linger::Pace)
+            .fan_out_until(
+                &self.all(),
+                |s| s.list(prefix),
+                |done| {
+                    let states = done.iter().filter_map(|(_, r)| r.as_ref().ok()).flatten();
+                    majority_answered(done, need) && settled(states, n - done.len(), need)
+                },
+                Linger::Pace,
+            )
             .await;
         let mut errors = Vec::new();
         let mut by_name: BTreeMap<String, Vec<LockState>> = BTreeMap::new();
