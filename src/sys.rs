@@ -25,6 +25,18 @@ pub fn tmpfs(path: &std::path::Path) -> Option<bool> {
     Some(st.f_type == libc::TMPFS_MAGIC)
 }
 
+/// A named pipe at `path` with these permission bits (less the umask).
+pub fn mkfifo(path: &std::path::Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: a NUL-terminated path; mkfifo touches nothing else.
+    if unsafe { libc::mkfifo(c.as_ptr(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Random bits straight from the kernel (getrandom(2)), for tokens and jitter. A user-space
 /// generator (rand's ThreadRng) probes the CPU's features by `cpuid` when first used, and a
 /// virtual machine traps every `cpuid`: that probe was 60-70 us of each `run` measured here,
@@ -197,11 +209,16 @@ fn kernel_timer(d: Duration) -> io::Result<std::os::fd::OwnedFd> {
     Ok(fd)
 }
 
-/// Identifies this boot: a file store deadline from another boot is long past.
+/// Identifies this boot: a file store deadline from another boot is long past. Read once
+/// per process (a run's file store and its host check both ask).
 pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
+    .clone()
 }
 
 pub fn hostname() -> String {
