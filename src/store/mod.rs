@@ -14,6 +14,7 @@
 // The contract's own parts: what a kind of store is, what a server URL names, and how a
 // server's connection limit is told apart from an outage.
 pub mod conns;
+pub mod hostbell;
 pub mod kind;
 pub mod server;
 

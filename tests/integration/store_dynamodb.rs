@@ -10,7 +10,7 @@ use crate::common::proxy::{Mode, Proxy};
 use crate::common::{Env, assert_code, output_within, shared, signal, stderr, stdout, wait_for};
 use crate::store_s3::{
     fast_waiters_take_nothing, fence_of, fence_rises_past_a_delete, missing_is_78_until_created,
-    secrets_never_shown, waiter_served_across_restart,
+    released_waiters_here_look_at_once, secrets_never_shown, waiter_served_across_restart,
 };
 
 fn server() -> &'static str {
@@ -59,6 +59,11 @@ fn a_run_reads_its_item_once() {
 #[test]
 fn a_waiter_with_a_fast_clock_never_takes_a_live_lock() {
     fast_waiters_take_nothing(&env(), &[("+1h", &[75])]);
+}
+
+#[test]
+fn a_release_rings_a_waiter_on_this_host() {
+    released_waiters_here_look_at_once(&env());
 }
 
 /// The server restarted (with its data) while a waiter waits: the waiter rides it out and is

@@ -9,7 +9,8 @@ use dlock::store::{Acquire, Attempt, Mode, url};
 
 use crate::common::s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
 use crate::common::{
-    Env, assert_code, finish, libfaketime, output_within, read, shared, stderr, stdout, wait_for,
+    Env, assert_code, event_ms, finish, libfaketime, output_within, read, shared, signal, stderr,
+    stdout, wait_for,
 };
 
 fn server() -> &'static str {
@@ -246,6 +247,51 @@ pub(crate) fn waiter_served_across_restart(env: &Env, restart: impl FnOnce()) {
     let o = finish(waiter, Duration::from_secs(90));
     assert_code(&o, 0);
     assert!(read(&events).contains("\"acquired\""), "{}", read(&events));
+}
+
+#[test]
+fn a_release_rings_a_waiter_on_this_host() {
+    released_waiters_here_look_at_once(&env());
+}
+
+/// A waiter polls once a second or less, and its first look comes a whole interval after it
+/// starts to wait: a waiter on the host of the release is rung by it and takes the lock well
+/// within that second. A waiter killed while it waited, ahead of it, does not take the ring,
+/// and no bell is left behind.
+pub(crate) fn released_waiters_here_look_at_once(env: &Env) {
+    for round in 0..3 {
+        let name = format!("rung{round}");
+        let token = stdout(&env.run(&["lock", &name, "--ttl", "30s"]));
+        let waiting = |events: &std::path::Path| {
+            let flag = events.to_str().unwrap();
+            let child = env.spawn(&["run", &name, "-w", "60s", "--events", flag, "--", "true"]);
+            assert!(wait_for(Duration::from_secs(30), || event_ms(
+                events, "waiting"
+            )
+            .is_some()));
+            child
+        };
+        if round > 0 {
+            let mut dead = waiting(&env.path(&format!("dead{round}.events")));
+            signal(dead.id(), libc::SIGKILL);
+            dead.wait().unwrap();
+        }
+        let events = env.path(&format!("waiter{round}.events"));
+        let waiter = waiting(&events);
+        assert_code(&env.run(&["unlock", &name, "--token", &token]), 0);
+        assert_code(&finish(waiter, Duration::from_secs(60)), 0);
+        let took = event_ms(&events, "acquired").unwrap() - event_ms(&events, "waiting").unwrap();
+        assert!(
+            took < 1000,
+            "round {round}: the waiter took {took} ms: it was not rung"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(env.path("runtime/dlock-bells"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "bells left behind: {left:?}");
 }
 
 /// A record deleted behind dlock's back: the next fence is still above every earlier one.

@@ -30,6 +30,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use super::{Dir, names};
+use crate::store::hostbell::open_to_ring;
 
 /// The bells' directory in the namespace's.
 pub(super) const BELLS: &str = ".q";
@@ -144,7 +145,7 @@ impl Dir {
         let name = bell_name(token);
         let aside = dir.join(format!(".{name}"));
         let _ = fs::remove_file(&aside);
-        mkfifo(&aside, self.perms.file)?;
+        crate::sys::mkfifo(&aside, self.perms.file)?;
         let pipe = OpenOptions::new()
             .read(true)
             .write(true)
@@ -274,25 +275,6 @@ fn alive_at(path: &Path) -> bool {
     match open_to_ring(path) {
         Ok(_) => true,
         Err(e) => !matches!(e.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENOENT)),
-    }
-}
-
-/// A bell's pipe open for writing, without waiting for a reader (ENXIO when there is none).
-fn open_to_ring(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-}
-
-fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
-    let c =
-        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
-    // SAFETY: a NUL-terminated path; mkfifo touches nothing else.
-    if unsafe { libc::mkfifo(c.as_ptr(), mode) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

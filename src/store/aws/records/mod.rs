@@ -37,7 +37,8 @@
 //! AWS itself, which refuses requests signed 15 minutes off (78, saying so).
 //!
 //! **Waiting.** Neither store notifies anybody: a waiter looks again on its own pace (`poll`),
-//! about min(1 s, ttl/4) plus jitter, never sooner. Waiters keep no row in the record (each
+//! about min(1 s, ttl/4) plus jitter, and sooner only when a release on this host rings it
+//! (`store::hostbell`: one waiter per release). Waiters keep no row in the record (each
 //! would be a paid write per look, and a conflict for the holder's renewals), so `inspect`
 //! shows none.
 
@@ -50,6 +51,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::store::hostbell::HostBells;
 use crate::store::record::RecordStore;
 use crate::store::{
     Acquire, Attempt, Health, HealthQuery, Listener, LockState, Outcome, Recall, Store,
@@ -107,12 +109,15 @@ pub trait Objects: Send + Sync + 'static {
 /// A store of versioned records as a dlock store.
 pub struct ObjectStore<O: Objects> {
     inner: RecordStore<Records<O>>,
+    /// A release here wakes a waiter here at once (`poll::Rung`).
+    bells: HostBells,
 }
 
 impl<O: Objects> ObjectStore<O> {
     /// Keys of this store start with `base` (`PREFIX/NAMESPACE/`).
     pub fn new(objects: O, base: String, describe: String) -> ObjectStore<O> {
         ObjectStore {
+            bells: HostBells::new(format!("{describe}\0{base}")),
             inner: RecordStore::new(Records {
                 objects,
                 base,
@@ -152,16 +157,25 @@ impl<O: Objects> Store for ObjectStore<O> {
         self.inner.mark(names).await
     }
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
-        Ok(Box::new(poll::Poll::new(poll::interval(req.ttl))))
+        let poll = poll::Poll::new(poll::interval(req.ttl));
+        Ok(Box::new(poll::Rung::new(poll, self.bells.hang(&req.names))))
     }
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         self.inner.renew(names, token, ttl).await
     }
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
-        self.inner.release(names, token, outcome).await
+        let released = self.inner.release(names, token, outcome).await?;
+        if released {
+            self.bells.ring(names);
+        }
+        Ok(released)
     }
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
-        self.inner.force_release(names).await
+        let released = self.inner.force_release(names).await?;
+        if released {
+            self.bells.ring(names);
+        }
+        Ok(released)
     }
     async fn raise_fence(&self, names: &[String], fences: &[u64]) -> StoreResult<()> {
         self.inner.raise_fence(names, fences).await

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio::time::{Instant, sleep_until};
 
 use crate::store::Listener;
+use crate::store::hostbell::Bell;
 
 /// The fastest a waiter polls: about a quarter of the lease's ttl (a lock that runs out is
 /// seen within a quarter of its time), at most a second apart (one look per second costs
@@ -41,6 +42,32 @@ impl Listener for Poll {
         let at = (Instant::now() + max).max(self.last + jittered);
         sleep_until(at).await;
         self.last = Instant::now();
+    }
+}
+
+/// The pace of `Poll`, or sooner where a release on this host rings the waiter's bell
+/// (`store::hostbell`): one look more per release, for one waiter.
+pub struct Rung {
+    poll: Poll,
+    bell: Option<Bell>,
+}
+
+impl Rung {
+    pub fn new(poll: Poll, bell: Option<Bell>) -> Rung {
+        Rung { poll, bell }
+    }
+}
+
+#[async_trait]
+impl Listener for Rung {
+    async fn changed(&mut self, max: Duration) {
+        let Some(bell) = self.bell.as_mut() else {
+            return self.poll.changed(max).await;
+        };
+        tokio::select! {
+            _ = self.poll.changed(max) => {}
+            _ = bell.rung() => self.poll.last = Instant::now(),
+        }
     }
 }
 

@@ -164,7 +164,7 @@ async fn a_dead_waiter_is_passed_over() {
     let path = bell.path.clone();
     drop(bell);
     drop(gone);
-    super::mkfifo(&path, 0o600).unwrap();
+    crate::sys::mkfifo(&path, 0o600).unwrap();
     let meta = super::meta_path(&path);
     std::fs::write(&meta, "{}").unwrap();
     assert_eq!(store.inspect("q").await.unwrap().waiters.len(), 1);
