@@ -64,7 +64,6 @@ impl HostBells {
     /// A bell for a waiter of `names`; None where none can be made (no directory of this
     /// user's, a full file system): the waiter polls as before.
     pub fn hang(&self, names: &[String]) -> Option<Bell> {
-        let dir = own_dir(&self.dir)?;
         self.sweep(names);
         let ticket = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -72,8 +71,11 @@ impl HostBells {
             .as_nanos();
         let own = format!("{ticket:020}-{}", crate::sys::pid());
         // Made aside and opened before it takes its names: a release never finds it unread.
-        let aside = dir.join(format!(".{own}"));
-        crate::sys::mkfifo(&aside, 0o600).ok()?;
+        let aside = self.dir.join(format!(".{own}"));
+        // Twice: the last waiter to go removes the directory, maybe between our two calls.
+        let made = || own_dir(&self.dir).and_then(|_| crate::sys::mkfifo(&aside, 0o600).ok());
+        made().or_else(made)?;
+        let dir = &self.dir;
         let pipe = OpenOptions::new()
             .read(true)
             .write(true)
@@ -166,9 +168,14 @@ impl Bell {
 }
 
 impl Drop for Bell {
+    /// Its links go, and the directory with the last of them (nothing is left in /dev/shm
+    /// once nobody waits; a directory still in use is not empty and stays).
     fn drop(&mut self) {
         for p in &self.paths {
             let _ = fs::remove_file(p);
+        }
+        if let Some(dir) = self.paths.first().and_then(|p| p.parent()) {
+            let _ = fs::remove_dir(dir);
         }
     }
 }

@@ -287,10 +287,8 @@ pub(crate) fn released_waiters_here_look_at_once(env: &Env) {
         );
     }
     let left: Vec<_> = std::fs::read_dir(env.path("runtime/dlock-bells"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     assert!(left.is_empty(), "bells left behind: {left:?}");
 }
 
