@@ -256,8 +256,8 @@ fn a_release_rings_a_waiter_on_this_host() {
 
 /// A waiter polls once a second or less, and its first look comes a whole interval after it
 /// starts to wait: a waiter on the host of the release is rung by it and takes the lock well
-/// within that second. A waiter killed while it waited, ahead of it, does not take the ring,
-/// and no bell is left behind.
+/// within that second. A waiter killed while it waited, or a `dlock wait` watching, ahead of
+/// it, does not take the ring, and no bell is left behind.
 pub(crate) fn released_waiters_here_look_at_once(env: &Env) {
     for round in 0..3 {
         let name = format!("rung{round}");
@@ -276,10 +276,19 @@ pub(crate) fn released_waiters_here_look_at_once(env: &Env) {
             signal(dead.id(), libc::SIGKILL);
             dead.wait().unwrap();
         }
+        // A `dlock wait` ahead of the waiter: it takes nothing, so it must not take the ring.
+        let watcher = (round == 2).then(|| {
+            let w = env.spawn(&["wait", &name, "-w", "60s"]);
+            std::thread::sleep(Duration::from_millis(500));
+            w
+        });
         let events = env.path(&format!("waiter{round}.events"));
         let waiter = waiting(&events);
         assert_code(&env.run(&["unlock", &name, "--token", &token]), 0);
         assert_code(&finish(waiter, Duration::from_secs(60)), 0);
+        if let Some(w) = watcher {
+            assert_code(&finish(w, Duration::from_secs(60)), 0);
+        }
         let took = event_ms(&events, "acquired").unwrap() - event_ms(&events, "waiting").unwrap();
         assert!(
             took < 1000,

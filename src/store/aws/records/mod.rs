@@ -46,6 +46,8 @@ pub mod backend;
 pub mod poll;
 pub mod record;
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -110,20 +112,34 @@ pub trait Objects: Send + Sync + 'static {
 pub struct ObjectStore<O: Objects> {
     inner: RecordStore<Records<O>>,
     /// A release here wakes a waiter here at once (`poll::Rung`).
-    bells: HostBells,
+    bells: Arc<HostBells>,
+    /// The tokens whose waiters have queued (made an attempt while listening): only those hang
+    /// a bell. A `dlock wait` watcher never queues; as the host's oldest bell it would take a
+    /// release's ring from the waiters behind it.
+    queued: Arc<Mutex<HashSet<String>>>,
 }
 
 impl<O: Objects> ObjectStore<O> {
     /// Keys of this store start with `base` (`PREFIX/NAMESPACE/`).
     pub fn new(objects: O, base: String, describe: String) -> ObjectStore<O> {
         ObjectStore {
-            bells: HostBells::new(format!("{describe}\0{base}")),
+            bells: Arc::new(HostBells::new(format!("{describe}\0{base}"))),
+            queued: Default::default(),
             inner: RecordStore::new(Records {
                 objects,
                 base,
                 describe,
                 written: Default::default(),
             }),
+        }
+    }
+}
+
+impl<O: Objects> ObjectStore<O> {
+    /// An attempt made while its waiter listens: the waiter's bell may hang (see `queued`).
+    fn queue(&self, req: &Acquire, queue: bool) {
+        if queue {
+            self.queued.lock().unwrap().insert(req.token.clone());
         }
     }
 }
@@ -147,10 +163,12 @@ impl<O: Objects> Store for ObjectStore<O> {
     fn reached(&self) -> bool {
         true
     }
-    async fn try_acquire(&self, req: &Acquire, _queue: bool) -> StoreResult<Attempt> {
+    async fn try_acquire(&self, req: &Acquire, queue: bool) -> StoreResult<Attempt> {
+        self.queue(req, queue);
         self.inner.try_acquire(req, false).await
     }
-    async fn attempt(&self, req: &Acquire, _queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+    async fn attempt(&self, req: &Acquire, queue: bool) -> StoreResult<(Attempt, Vec<Recall>)> {
+        self.queue(req, queue);
         self.inner.attempt(req, false).await
     }
     async fn mark(&self, names: &[String]) -> StoreResult<()> {
@@ -158,12 +176,19 @@ impl<O: Objects> Store for ObjectStore<O> {
     }
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
         let poll = poll::Poll::new(poll::interval(req.ttl));
-        Ok(Box::new(poll::Rung::new(poll, self.bells.hang(&req.names))))
+        let (bells, queued) = (self.bells.clone(), self.queued.clone());
+        let (names, token) = (req.names.clone(), req.token.clone());
+        let hang = move || {
+            let waits = queued.lock().unwrap().contains(&token);
+            waits.then(|| bells.hang(&names)).flatten()
+        };
+        Ok(Box::new(poll::Rung::new(poll, Box::new(hang))))
     }
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         self.inner.renew(names, token, ttl).await
     }
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
+        self.queued.lock().unwrap().remove(token);
         let released = self.inner.release(names, token, outcome).await?;
         if released {
             self.bells.ring(names);

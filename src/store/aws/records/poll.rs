@@ -50,17 +50,27 @@ impl Listener for Poll {
 pub struct Rung {
     poll: Poll,
     bell: Option<Bell>,
+    /// Hangs the bell, if the waiter is to have one yet (made at its first wait: by then
+    /// its store knows whether it queued).
+    hang: Box<dyn FnMut() -> Option<Bell> + Send>,
 }
 
 impl Rung {
-    pub fn new(poll: Poll, bell: Option<Bell>) -> Rung {
-        Rung { poll, bell }
+    pub fn new(poll: Poll, hang: Box<dyn FnMut() -> Option<Bell> + Send>) -> Rung {
+        Rung {
+            poll,
+            bell: None,
+            hang,
+        }
     }
 }
 
 #[async_trait]
 impl Listener for Rung {
     async fn changed(&mut self, max: Duration) {
+        if self.bell.is_none() {
+            self.bell = (self.hang)();
+        }
         let Some(bell) = self.bell.as_mut() else {
             return self.poll.changed(max).await;
         };
