@@ -46,8 +46,8 @@ pub mod backend;
 pub mod poll;
 pub mod record;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -108,23 +108,27 @@ pub trait Objects: Send + Sync + 'static {
     async fn health(&self, probe: &str, query: HealthQuery) -> StoreResult<Health>;
 }
 
+/// A listening waiter's names, and where its bell is to hang (gone with its listener).
+type Listening = (Vec<String>, Weak<poll::Slot>);
+
 /// A store of versioned records as a dlock store.
 pub struct ObjectStore<O: Objects> {
     inner: RecordStore<Records<O>>,
     /// A release here wakes a waiter here at once (`poll::Rung`).
-    bells: Arc<HostBells>,
-    /// The tokens whose waiters have queued (made an attempt while listening): only those hang
-    /// a bell. A `dlock wait` watcher never queues; as the host's oldest bell it would take a
+    bells: HostBells,
+    /// The listening waiters, by token: each one's bell is hung by its first queued attempt,
+    /// before that attempt reads, so no release after the read goes unheard. A `dlock wait`
+    /// watcher never queues, so hangs none: as the host's oldest bell it would take a
     /// release's ring from the waiters behind it.
-    queued: Arc<Mutex<HashSet<String>>>,
+    listening: Mutex<HashMap<String, Listening>>,
 }
 
 impl<O: Objects> ObjectStore<O> {
     /// Keys of this store start with `base` (`PREFIX/NAMESPACE/`).
     pub fn new(objects: O, base: String, describe: String) -> ObjectStore<O> {
         ObjectStore {
-            bells: Arc::new(HostBells::new(format!("{describe}\0{base}"))),
-            queued: Default::default(),
+            bells: HostBells::new(format!("{describe}\0{base}")),
+            listening: Default::default(),
             inner: RecordStore::new(Records {
                 objects,
                 base,
@@ -136,10 +140,21 @@ impl<O: Objects> ObjectStore<O> {
 }
 
 impl<O: Objects> ObjectStore<O> {
-    /// An attempt made while its waiter listens: the waiter's bell may hang (see `queued`).
+    /// An attempt made while its waiter listens: the waiter's bell hangs, once (see
+    /// `listening`).
     fn queue(&self, req: &Acquire, queue: bool) {
-        if queue {
-            self.queued.lock().unwrap().insert(req.token.clone());
+        if !queue {
+            return;
+        }
+        let mut listening = self.listening.lock().unwrap();
+        let Some((names, slot)) = listening.get(&req.token) else {
+            return;
+        };
+        match slot.upgrade() {
+            Some(slot) => slot.hang_once(|| self.bells.hang(names)),
+            None => {
+                listening.remove(&req.token);
+            }
         }
     }
 }
@@ -175,20 +190,20 @@ impl<O: Objects> Store for ObjectStore<O> {
         self.inner.mark(names).await
     }
     async fn listen(&self, req: &Acquire) -> StoreResult<Box<dyn Listener>> {
+        let slot = Arc::new(poll::Slot::default());
+        let mut listening = self.listening.lock().unwrap();
+        listening.retain(|_, (_, s)| s.strong_count() > 0);
+        listening.insert(
+            req.token.clone(),
+            (req.names.clone(), Arc::downgrade(&slot)),
+        );
         let poll = poll::Poll::new(poll::interval(req.ttl));
-        let (bells, queued) = (self.bells.clone(), self.queued.clone());
-        let (names, token) = (req.names.clone(), req.token.clone());
-        let hang = move || {
-            let waits = queued.lock().unwrap().contains(&token);
-            waits.then(|| bells.hang(&names)).flatten()
-        };
-        Ok(Box::new(poll::Rung::new(poll, Box::new(hang))))
+        Ok(Box::new(poll::Rung::new(poll, slot)))
     }
     async fn renew(&self, names: &[String], token: &str, ttl: Duration) -> StoreResult<bool> {
         self.inner.renew(names, token, ttl).await
     }
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
-        self.queued.lock().unwrap().remove(token);
         let released = self.inner.release(names, token, outcome).await?;
         if released {
             self.bells.ring(names);

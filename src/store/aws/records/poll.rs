@@ -2,6 +2,7 @@
 //! again, and each look is a paid request: once per `interval(ttl)`, stretched by a random 0 to
 //! 50 % so waiters drift apart, and never sooner, however soon the engine would look again.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -50,17 +51,34 @@ impl Listener for Poll {
 pub struct Rung {
     poll: Poll,
     bell: Option<Bell>,
-    /// Hangs the bell, if the waiter is to have one yet (made at its first wait: by then
-    /// its store knows whether it queued).
-    hang: Box<dyn FnMut() -> Option<Bell> + Send>,
+    /// Where the waiter's first queued attempt hangs its bell (`ObjectStore::listening`).
+    slot: Arc<Slot>,
+}
+
+/// A listening waiter's bell, once its first queued attempt has hung it.
+#[derive(Default)]
+pub struct Slot(Mutex<(bool, Option<Bell>)>);
+
+impl Slot {
+    /// Hang the bell unless it was hung before (it is hung once per wait).
+    pub fn hang_once(&self, hang: impl FnOnce() -> Option<Bell>) {
+        let mut s = self.0.lock().unwrap();
+        if !s.0 {
+            *s = (true, hang());
+        }
+    }
+
+    fn take(&self) -> Option<Bell> {
+        self.0.lock().unwrap().1.take()
+    }
 }
 
 impl Rung {
-    pub fn new(poll: Poll, hang: Box<dyn FnMut() -> Option<Bell> + Send>) -> Rung {
+    pub fn new(poll: Poll, slot: Arc<Slot>) -> Rung {
         Rung {
             poll,
             bell: None,
-            hang,
+            slot,
         }
     }
 }
@@ -69,7 +87,7 @@ impl Rung {
 impl Listener for Rung {
     async fn changed(&mut self, max: Duration) {
         if self.bell.is_none() {
-            self.bell = (self.hang)();
+            self.bell = self.slot.take();
         }
         let Some(bell) = self.bell.as_mut() else {
             return self.poll.changed(max).await;
