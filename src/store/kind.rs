@@ -134,7 +134,8 @@ pub struct Caps {
     pub session_leases: bool,
     /// A ttl the store expires promptly: etcd rounds shorter leases up to its minimum.
     pub short_ttl: Duration,
-    /// A release wakes a listening waiter. Not behind PgBouncer in transaction mode, where a
+    /// A release wakes a listening waiter (on S3 and DynamoDB, a release made on the waiter's
+    /// host: the suite's clients share one). Not behind PgBouncer in transaction mode, where a
     /// LISTEN stays with the server connection it ran on: there a waiter finds the lock free
     /// by looking again after `MAX_POLL`, as the engine's waiters always do.
     pub notified: bool,

@@ -152,30 +152,25 @@ pub static MYSQL: Kind = Kind {
     caps: SQL_CAPS,
 };
 
-/// An S3 bucket: S3 notifies nobody, so waiters poll (and keep no row to show).
+/// An S3 bucket: S3 notifies nobody, so waiters poll (and keep no row to show), and a
+/// release made on a waiter's host rings it (`store::hostbell`).
 pub static S3: Kind = Kind {
     named: "S3",
     schemes: &[Scheme::plain("s3")],
     address: Address::Bucket {
         open: |url, namespace, timeout| opened(s3::connect(url, namespace, timeout)),
     },
-    caps: Caps {
-        notified: false,
-        ..Caps::PLAIN
-    },
+    caps: Caps::PLAIN,
 };
 
-/// A DynamoDB table: DynamoDB notifies nobody either, so waiters poll as on S3.
+/// A DynamoDB table: DynamoDB notifies nobody either, so waiters poll and are rung as on S3.
 pub static DYNAMODB: Kind = Kind {
     named: "DynamoDB",
     schemes: &[Scheme::plain("dynamodb")],
     address: Address::Bucket {
         open: |url, namespace, timeout| opened(dynamodb::connect(url, namespace, timeout)),
     },
-    caps: Caps {
-        notified: false,
-        ..Caps::PLAIN
-    },
+    caps: Caps::PLAIN,
 };
 
 /// NATS JetStream KV: one record per name in a bucket, leases expired by the server.

@@ -116,7 +116,8 @@ fn mariadb() -> Subject {
     by_url(shared(&SERVER, MariaDb::start, MariaDb::url))
 }
 
-/// SeaweedFS's S3 gateway, signatures checked. S3 notifies nobody: waiters poll.
+/// SeaweedFS's S3 gateway, signatures checked. S3 notifies nobody: waiters poll, and are
+/// rung by a release on their host (the suite's two clients share one).
 fn s3() -> Subject {
     static SERVER: OnceLock<String> = OnceLock::new();
     by_url(shared(&SERVER, S3Server::start, S3Server::url))
