@@ -54,7 +54,8 @@ pub(super) fn decided(done: &[Answer], need: usize) -> bool {
 /// granted to hold without a member still to answer. Such a member breaks the tie if it
 /// answers; one that never does (frozen) would cost every split the whole store timeout. The
 /// engine does not wait for a member that has given no answer at all (`Reach::is_silent`):
-/// the attempt fails, which is always safe, and the contenders queue again (`take`).
+/// the attempt fails, which is always safe, and the contenders queue again (`take`). A single
+/// attempt (`-n`) has no next look, so it does wait for a member whose open is still going on.
 pub(super) fn split(done: &[Answer], need: usize) -> bool {
     let granted =
         |r: &StoreResult<(Attempt, Vec<Recall>)>| matches!(r, Ok((Attempt::Granted(_), _)));

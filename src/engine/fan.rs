@@ -192,11 +192,16 @@ impl Engine {
             .await
     }
 
-    /// Whether every store yet to answer is silent (`Reach::is_silent`).
-    pub(super) fn only_silent_left<T>(&self, done: &[(usize, StoreResult<T>)]) -> bool {
+    /// Whether every store yet to answer is silent (`Reach::is_silent`, counting the ones
+    /// still opening with `opening`).
+    pub(super) fn only_silent_left<T>(
+        &self,
+        done: &[(usize, StoreResult<T>)],
+        opening: bool,
+    ) -> bool {
         (0..self.stores.len())
             .filter(|i| !done.iter().any(|(j, _)| j == i))
-            .all(|i| self.reach.is_silent(i))
+            .all(|i| self.reach.is_silent(i, opening))
     }
 }
 

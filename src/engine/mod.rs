@@ -105,7 +105,7 @@ impl Engine {
         let (stores, opening) = open::all(urls, namespace, store_timeout).await?;
         let engine = Engine::from_stores(stores, store_timeout);
         for i in opening {
-            engine.reach.silent(i);
+            engine.reach.opening(i);
         }
         Ok(engine)
     }
@@ -183,8 +183,13 @@ impl Engine {
         busy: Option<&tokio::sync::watch::Sender<u32>>,
         stop: impl std::future::Future<Output = ()> + Send,
     ) -> Result<Lease, EngineError> {
-        self.wait_with(&mut take::Take::new(req), budget, busy, stop)
-            .await
+        self.wait_with(
+            &mut take::Take::new(req, budget.waits()),
+            budget,
+            busy,
+            stop,
+        )
+        .await
     }
 
     /// Give back an attempt that did not become a lease (too few grants, granted too late,

@@ -30,9 +30,11 @@ struct State {
     slow: bool,
     /// `-v` was told it is slow (once per process).
     told_slow: bool,
-    /// Not heard from at all: its open was not done when a majority's was, or its last call
-    /// had no answer within the store timeout. A split vote does not wait for it.
+    /// Its last call had no answer within the store timeout. A split vote does not wait for it.
     silent: bool,
+    /// Its open was not done when a majority's was, and it has not answered since. A split
+    /// vote of a wait does not wait for it either; a single attempt's (`-n`) does.
+    opening: bool,
 }
 
 /// A store that is unreachable now.
@@ -81,6 +83,7 @@ impl Reach {
             s.error = None;
             s.slow = false;
             s.silent = false;
+            s.opening = false;
             s.down_since.take().is_some()
         });
         if back {
@@ -118,18 +121,26 @@ impl Reach {
         }
     }
 
-    /// Store `i` has not been heard from: still opening, or a call had no answer at all
-    /// within the store timeout. Until it answers, see `is_silent`.
+    /// A call to store `i` had no answer at all within the store timeout. Until it answers,
+    /// see `is_silent`.
     pub(super) fn silent(&self, i: usize) {
         self.with(i, |s| s.silent = true);
+    }
+
+    /// Store `i` was still opening when a majority of the others had opened. Until it
+    /// answers, see `is_silent`.
+    pub(super) fn opening(&self, i: usize) {
+        self.with(i, |s| s.opening = true);
     }
 
     /// Whether store `i` is silent: a split vote's tie is not left to it (`amnesia::split`).
     /// Only a store that gave no answer at all is: one that answered slower than the others
     /// (a distant member) is still waited for, or a waiter that needs it to break every
-    /// tie would never hold.
-    pub(super) fn is_silent(&self, i: usize) -> bool {
-        self.with(i, |s| s.silent)
+    /// tie would never hold. With `opening`, a store whose open is still going on counts as
+    /// silent too: a wait looks again anyway, but a single attempt (`-n`) would call a
+    /// free lock busy for a member that is only slow to connect (a busy machine).
+    pub(super) fn is_silent(&self, i: usize, opening: bool) -> bool {
+        self.with(i, |s| s.silent || (opening && s.opening))
     }
 
     /// Whether the last call to store `i` was decided without its answer.

@@ -66,7 +66,7 @@ async fn a_split_beside_a_frozen_member_neither_waits_for_it_nor_splits_again() 
             f.set_for(Op::Release, Fault::Delay(Duration::from_millis(50)));
         }
         // As `Engine::open` leaves a member whose open had no answer when a majority's had.
-        engine.reach.silent(4);
+        engine.reach.opening(4);
         let engine: Arc<Engine> = Arc::new(engine);
         waits.spawn(async move { (engine.acquire(&req, wait).await, req) });
     }
@@ -109,4 +109,20 @@ async fn a_long_wait_beside_a_frozen_member_does_not_pile_up_give_backs() {
         let st = s.inspect("job").await.unwrap();
         assert!(st.waiters.is_empty(), "left queued on {}", s.describe());
     }
+}
+
+/// A single attempt (`-n`) on a free lock whose vote splits, one member busy with a lease left
+/// from before it went down, one granting, and the third only slow to connect (a busy
+/// machine): the attempt waits for the third, which breaks the tie, rather than calling the
+/// lock busy. A wait would look again; `-n` has only this look.
+#[tokio::test(start_paused = true)]
+async fn a_single_attempt_waits_for_a_member_still_opening_to_break_a_split() {
+    let m: Vec<MemoryStore> = five().into_iter().take(3).collect();
+    granted_on(&m[0], &request(TTL)).await;
+    let (engine, faulty) = client(&m, STORE_TIMEOUT);
+    faulty[2].set(Fault::Delay(Duration::from_millis(50)));
+    engine.reach.opening(2);
+    let req = request(TTL);
+    let r = engine.acquire(&req, Wait::No).await;
+    assert!(r.is_ok(), "a free lock was called busy: {r:?}");
 }

@@ -17,14 +17,17 @@ pub(super) struct Take<'r> {
     sent: Option<Acquire>,
     /// The stores the last attempt gave back to (they granted, erred or abstained).
     dirty: Vec<usize>,
+    /// The wait may look again: a split vote need not wait for a member still opening.
+    again: bool,
 }
 
 impl Take<'_> {
-    pub(super) fn new(req: &Acquire) -> Take<'_> {
+    pub(super) fn new(req: &Acquire, again: bool) -> Take<'_> {
         Take {
             req,
             sent: None,
             dirty: Vec::new(),
+            again,
         }
     }
 }
@@ -48,13 +51,14 @@ impl Driver for Take<'_> {
         let need = engine.majority();
         let req = &*self.sent.insert(stamped(self.req));
         let t0 = Instant::now();
+        let again = self.again;
         let results = engine
             .fan_out_until(
                 &engine.all(),
                 |s| s.attempt(req, queued),
                 |done| {
                     amnesia::decided(done, need)
-                        || (amnesia::split(done, need) && engine.only_silent_left(done))
+                        || (amnesia::split(done, need) && engine.only_silent_left(done, again))
                 },
                 Linger::No,
             )

@@ -36,7 +36,7 @@ impl Budget {
     }
 
     /// Whether it allows any wait at all (not `-n`).
-    fn waits(&self) -> bool {
+    pub(super) fn waits(&self) -> bool {
         !matches!(self.wait, Wait::No)
     }
 
