@@ -100,10 +100,20 @@ impl HostBells {
     }
 
     /// Ring the oldest live waiter of each of `names` on this host (after a release): a byte
-    /// into its pipe. Bells whose waiter died on the way are removed.
-    pub fn ring(&self, names: &[String]) {
+    /// into its pipe, or `what` (the record the release wrote, at most `PIPE_BUF` bytes, so
+    /// one write puts it whole or not at all). Bells whose waiter died on the way are removed.
+    pub fn ring(&self, names: &[String], what: Option<&[u8]>) {
+        let frame = match what {
+            Some(w) if w.len() + 5 <= libc::PIPE_BUF => {
+                let mut f = vec![b'#'];
+                f.extend((w.len() as u32).to_le_bytes());
+                f.extend(w);
+                f
+            }
+            _ => b"!".to_vec(),
+        };
         self.walk(names, |pipe| {
-            let _ = pipe.write(b"!");
+            let _ = pipe.write(&frame);
             true
         });
     }
@@ -147,24 +157,49 @@ impl HostBells {
 }
 
 impl Bell {
-    /// Returns once the bell has rung (what rang is read away).
-    pub async fn rung(&mut self) {
+    /// Returns once the bell has rung, with what the last ring carried, if anything (what
+    /// rang is read away).
+    pub async fn rung(&mut self) -> Option<Vec<u8>> {
         loop {
             let Ok(mut ready) = self.pipe.readable_mut().await else {
                 return std::future::pending().await;
             };
-            let mut buf = [0u8; 64];
+            let mut buf = [0u8; 8192];
             match ready.get_inner_mut().read(&mut buf) {
-                Ok(_) => {
+                Ok(n) => {
                     // Whatever more rang since is read with it.
-                    while matches!(ready.get_inner_mut().read(&mut buf), Ok(n) if n > 0) {}
-                    return;
+                    let mut all = buf[..n].to_vec();
+                    while let Ok(n) = ready.get_inner_mut().read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        all.extend(&buf[..n]);
+                    }
+                    return last_carried(&all);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.clear_ready(),
                 Err(_) => return std::future::pending().await,
             }
         }
     }
+}
+
+/// What the last of the rings read at once carried: each is `!`, or `#`, a 32-bit length and
+/// that many bytes. None if the last carried nothing (or the bytes are not rings).
+fn last_carried(mut rings: &[u8]) -> Option<Vec<u8>> {
+    let mut last = None;
+    while let Some((&kind, rest)) = rings.split_first() {
+        (last, rings) = match kind {
+            b'!' => (None, rest),
+            b'#' if rest.len() >= 4 => {
+                let n = u32::from_le_bytes(rest[..4].try_into().ok()?) as usize;
+                let body = rest[4..].get(..n)?;
+                (Some(body.to_vec()), &rest[4 + n..])
+            }
+            _ => return None,
+        };
+    }
+    last
 }
 
 impl Drop for Bell {

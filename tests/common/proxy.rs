@@ -102,6 +102,11 @@ impl Proxy {
         self.sent.on.store(true, Ordering::SeqCst);
     }
 
+    /// What clients sent since `record`, in the order the proxy passed it on.
+    pub fn recorded(&self) -> Vec<u8> {
+        self.sent.bytes.lock().unwrap().clone()
+    }
+
     /// How many times `needle` occurs in what clients sent since `record`.
     pub fn sent(&self, needle: &str) -> usize {
         let bytes = self.sent.bytes.lock().unwrap();

@@ -6,11 +6,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::common::dynamodb::{DynamoServer, TABLE};
-use crate::common::proxy::{Mode, Proxy};
+use crate::common::proxy::Mode;
 use crate::common::{Env, assert_code, output_within, shared, signal, stderr, stdout, wait_for};
 use crate::store_s3::{
     fast_waiters_take_nothing, fence_of, fence_rises_past_a_delete, missing_is_78_until_created,
-    released_waiters_here_look_at_once, secrets_never_shown, waiter_served_across_restart,
+    released_waiters_here_look_at_once, rung_waiter_grants_without_a_read, secrets_never_shown,
+    through_proxy, waiter_served_across_restart,
 };
 
 fn server() -> &'static str {
@@ -22,25 +23,12 @@ fn env() -> Env {
     Env::with_stores(vec![server().to_string()])
 }
 
-/// A proxy to the shared server, and clients of the server through it.
-fn through_proxy() -> (Proxy, Env) {
-    let port = server().split("127.0.0.1:").nth(1).unwrap();
-    let port: u16 = port[..port
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(port.len())]
-        .parse()
-        .unwrap();
-    let proxy = Proxy::to_port(port);
-    let url = server().replace(&format!("127.0.0.1:{port}"), &proxy.addr());
-    (proxy, Env::with_stores(vec![url]))
-}
-
 /// Each request is billed on AWS, and costs a round trip: a run on a name used before reads
 /// its item once. It reads the item and the shard list at once, writes the grant, and then
 /// writes the release on the version its own grant wrote, without reading the item again.
 #[test]
 fn a_run_reads_its_item_once() {
-    let (proxy, env) = through_proxy();
+    let (proxy, env) = through_proxy(server());
     assert_code(&env.run(&["run", "once", "--", "true"]), 0);
     proxy.record();
     assert_code(&env.run(&["run", "once", "--", "true"]), 0);
@@ -64,6 +52,12 @@ fn a_waiter_with_a_fast_clock_never_takes_a_live_lock() {
 #[test]
 fn a_release_rings_a_waiter_on_this_host() {
     released_waiters_here_look_at_once(&env());
+}
+
+#[test]
+fn a_rung_waiter_grants_without_reading_the_item() {
+    let (proxy, env) = through_proxy(server());
+    rung_waiter_grants_without_a_read(&proxy, &env, ".GetItem", ".PutItem");
 }
 
 /// The server restarted (with its data) while a waiter waits: the waiter rides it out and is
@@ -110,7 +104,7 @@ fn a_release_keeps_the_item_and_its_counter() {
 #[test]
 fn a_killed_multi_name_grant_leaves_all_of_its_names_or_none() {
     let direct = env();
-    let (proxy, slow) = through_proxy();
+    let (proxy, slow) = through_proxy(server());
     proxy.set(Mode::Delay(Duration::from_secs(2)));
     let (a, b) = ("atomic-a", "atomic-b");
     let mut c = slow.spawn(&[

@@ -7,6 +7,7 @@ use std::time::Duration;
 use dlock::store::aws::{Endpoint, Service, creds::Credentials};
 use dlock::store::{Acquire, Attempt, Mode, url};
 
+use crate::common::proxy::Proxy;
 use crate::common::s3::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
 use crate::common::{
     Env, assert_code, event_ms, finish, libfaketime, output_within, read, shared, signal, stderr,
@@ -20,6 +21,19 @@ fn server() -> &'static str {
 
 fn env() -> Env {
     Env::with_stores(vec![server().to_string()])
+}
+
+/// A proxy to the server of `url`, and clients of that server through it.
+pub(crate) fn through_proxy(url: &str) -> (Proxy, Env) {
+    let port = url.split("127.0.0.1:").nth(1).unwrap();
+    let port: u16 = port[..port
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(port.len())]
+        .parse()
+        .unwrap();
+    let proxy = Proxy::to_port(port);
+    let url = url.replace(&format!("127.0.0.1:{port}"), &proxy.addr());
+    (proxy, Env::with_stores(vec![url]))
 }
 
 pub(crate) fn fence_of(o: &std::process::Output) -> u64 {
@@ -299,6 +313,46 @@ pub(crate) fn released_waiters_here_look_at_once(env: &Env) {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "bells left behind: {left:?}");
+}
+
+#[test]
+fn a_rung_waiter_grants_without_reading_the_record() {
+    let (proxy, env) = through_proxy(server());
+    rung_waiter_grants_without_a_read(&proxy, &env, "GET /", "PUT /");
+}
+
+/// A waiter rung by a release on this host writes its grant on the record the release wrote
+/// (the ring carries it), on condition of that version, without reading it first: the request
+/// after the release's write is the waiter's write. A waiter also looks on its own once a
+/// second, and such a look may fall in those few milliseconds now and then, so a round may
+/// show a read; one clean round of three shows the grant needs none (without the record in
+/// the ring, every round reads).
+pub(crate) fn rung_waiter_grants_without_a_read(proxy: &Proxy, env: &Env, read: &str, write: &str) {
+    let find = |hay: &[u8], needle: &str| {
+        hay.windows(needle.len())
+            .position(|w| w == needle.as_bytes())
+    };
+    for round in 0..3 {
+        let name = format!("unread{round}");
+        let token = stdout(&env.run(&["lock", &name, "--ttl", "30s"]));
+        let events = env.path(&format!("unread{round}.events"));
+        let flag = events.to_str().unwrap();
+        let waiter = env.spawn(&["run", &name, "-w", "60s", "--events", flag, "--", "true"]);
+        assert!(wait_for(Duration::from_secs(30), || event_ms(
+            &events, "waiting"
+        )
+        .is_some()));
+        proxy.record();
+        assert_code(&env.run(&["unlock", &name, "--token", &token]), 0);
+        assert_code(&finish(waiter, Duration::from_secs(60)), 0);
+        let sent = proxy.recorded();
+        let released = find(&sent, write).expect("the release's write") + write.len();
+        let grant = find(&sent[released..], write).expect("the waiter's grant");
+        if find(&sent[released..released + grant], read).is_none() {
+            return;
+        }
+    }
+    panic!("in each of three rounds the rung waiter read the record before its grant");
 }
 
 /// A record deleted behind dlock's back: the next fence is still above every earlier one.

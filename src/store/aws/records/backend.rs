@@ -7,15 +7,17 @@
 //!
 //! A release after a grant (or renewal) by this same process skips the read: it decides on the
 //! record as this process wrote it, and writes on condition that it is still that version
-//! (`Records::release_as_written`).
+//! (`Records::as_written`). So does a waiter's grant when a release on this host rang it with
+//! the record that release wrote (`Records::rung`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
 
+use super::written::{FRESH, Written};
 use super::{Cond, Object, Objects, Put, record};
 use crate::store::record::rules::{Rows, Rules, Write};
 use crate::store::record::{Backend, Decide};
@@ -34,7 +36,8 @@ pub struct Records<O> {
     /// Every key of this namespace starts with it: `PREFIX/NAMESPACE/`.
     pub base: String,
     pub describe: String,
-    /// Each record as this process last wrote it (one-name transactions only).
+    /// Each record as this process last wrote it (one-name transactions only), or as a
+    /// release on this host rang it to this waiter (`rung`).
     pub written: Mutex<HashMap<String, Written>>,
 }
 
@@ -44,31 +47,13 @@ struct Read {
     version: Option<String>,
 }
 
-/// A record as this process wrote it: its rows and version, the latest `Date` of the reads its
-/// decision was made on, and when those reads were sent (on this host's monotonic clock).
-pub struct Written {
-    rows: Rows,
-    version: String,
-    date_ms: i64,
-    sent: Instant,
-}
-
 /// What a transaction wrote: each record's new version (where known), the records, and the
 /// `Date` and the sending of the reads they were decided on.
 struct Wrote<'a> {
     versions: Vec<(usize, String)>,
     after: &'a [Rows],
     date_ms: i64,
-    sent: Instant,
-}
-
-impl Written {
-    /// The latest the server's clock can read now: `Date` is cut down to the whole second
-    /// and was read after `sent`; the elapsed time is stretched by the drift allowance.
-    fn now_at_most(&self) -> i64 {
-        let elapsed = self.sent.elapsed().as_secs_f64() * 1000.0 * 1.01;
-        self.date_ms + 1000 + elapsed.ceil() as i64
-    }
+    sent: Duration,
 }
 
 impl<O: Objects> Records<O> {
@@ -166,14 +151,37 @@ impl<O: Objects> Records<O> {
         }
     }
 
-    /// A release (or any decision that writes and writes no holder row) decided on the record
-    /// as this process last wrote it, and written on condition that it is still that version:
-    /// one request instead of a read and a write. Taken only where its decision is the one a
-    /// fresh read would give: one name, a record this process wrote, every holder in it live
-    /// even at the latest the server's clock can read now (`Written::now_at_most`), and a
-    /// decision that writes no holder (no expiry reckoned from that clock). `Ok(false)`: not
-    /// taken, or the record had changed: the caller reads and decides as usual.
-    async fn release_as_written(&self, names: &[String], decide: Decide<'_>) -> StoreResult<bool> {
+    /// The ring for `name`'s next waiter on this host after a release here: the record as
+    /// this process just wrote it (`Written::to_ring`), where it knows it.
+    pub fn ring(&self, name: &str) -> Option<Vec<u8>> {
+        let written = self.written.lock().unwrap();
+        written.get(name)?.to_ring(&self.lock_key(name))
+    }
+
+    /// A ring a waiter of `name` heard: its next attempt decides on the record it carries
+    /// (`as_written`), where the ring is one for this record from this host's clock.
+    pub fn rung(&self, name: &str, ring: &[u8]) {
+        if let Some(w) = Written::from_ring(ring, &self.lock_key(name), name) {
+            self.written.lock().unwrap().insert(name.to_string(), w);
+        }
+    }
+
+    /// A decision made on the record as last written (`Written`) and written on condition
+    /// that it is still that version: one request instead of a read and a write. Taken only
+    /// where its decision is the one a fresh read would give: one name, a record known so,
+    /// every holder in it live even at the latest the server's clock can read now
+    /// (`Written::now_at_most`), and a decision that writes something. A release or a renewal
+    /// (not `create`) must write no holder row. A grant (`create`: after a release on this
+    /// host rang its waiter with the record) reckons the lease's end from that latest bound,
+    /// so the stored end is at or after the one a read's `Date` would give; its record's
+    /// clock must be `FRESH`. `Ok(false)`: not taken, or the record had changed: the caller
+    /// reads and decides as usual.
+    async fn as_written(
+        &self,
+        names: &[String],
+        create: bool,
+        decide: Decide<'_>,
+    ) -> StoreResult<bool> {
         let [name] = names else {
             return Ok(false);
         };
@@ -181,13 +189,19 @@ impl<O: Objects> Records<O> {
             return Ok(false);
         };
         let now = w.now_at_most();
-        if w.rows.holders.iter().any(|h| h.expires <= now) {
+        if w.rows.holders.iter().any(|h| h.expires <= now) || (create && w.age() > FRESH) {
             return Ok(false);
         }
         let mut rows = vec![w.rows.clone()];
-        let decision = decide(now, &mut rows);
+        let decision = if create {
+            rows[0].floor = rows[0].floor.max(floor(now) - 1);
+            // Every expiry written gets `PAD_MS` on top (`apply`): from the bound, not past it.
+            decide(now - PAD_MS, &mut rows)
+        } else {
+            decide(now, &mut rows)
+        };
         let holder = |x: &Write| matches!(x, Write::PutHolder { .. });
-        if decision.writes.is_empty() || decision.writes.iter().any(holder) {
+        if decision.writes.is_empty() || (!create && decision.writes.iter().any(holder)) {
             return Ok(false);
         }
         let reads = [Read {
@@ -321,6 +335,12 @@ fn writer(writes: &[Write]) -> &str {
         .unwrap_or("")
 }
 
+/// The fence floor of the server's clock `date_ms`, or of this host's if it is ahead.
+fn floor(date_ms: i64) -> i64 {
+    let clock = date_ms.max(crate::store::wall_ms()).max(0) as u64;
+    crate::store::fence_floor(clock * 1000) as i64
+}
+
 /// A pause before reading again after a lost race: 5 ms doubling to 200 ms, jittered, so
 /// contenders that collided do not collide again in step.
 fn backoff(try_no: u32) -> Duration {
@@ -343,21 +363,19 @@ impl<O: Objects> Backend for Records<O> {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<()> {
-        if !create && self.release_as_written(names, &mut *decide).await? {
+        if self.as_written(names, create, &mut *decide).await? {
             return Ok(());
         }
         for try_no in 0..TRIES {
-            let sent = Instant::now();
+            let sent = crate::sys::monotonic();
             let (reads, early, late) = self.read(names).await?;
             let mut rows: Vec<Rows> = reads.iter().map(|r| r.rows.clone()).collect();
             // What is written starts from the records as read (`settled`): a lifted counter
             // is written only with what the rules decided (a grant), never by a busy look.
             if create {
                 // The rules' own floor (`Rows::floor`): the next grant passes it.
-                let clock = late.max(crate::store::wall_ms()).max(0) as u64;
-                let floor = crate::store::fence_floor(clock * 1000) as i64;
                 for r in &mut rows {
-                    r.floor = r.floor.max(floor - 1);
+                    r.floor = r.floor.max(floor(late) - 1);
                 }
             }
             let decision = decide(early, &mut rows);

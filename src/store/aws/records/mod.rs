@@ -45,6 +45,9 @@
 pub mod backend;
 pub mod poll;
 pub mod record;
+pub mod written;
+#[cfg(test)]
+mod written_tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -141,7 +144,8 @@ impl<O: Objects> ObjectStore<O> {
 
 impl<O: Objects> ObjectStore<O> {
     /// An attempt made while its waiter listens: the waiter's bell hangs, once (see
-    /// `listening`).
+    /// `listening`); after a ring that carried the record the release wrote, the attempt
+    /// decides on that record without reading it (`Records::rung`).
     fn queue(&self, req: &Acquire, queue: bool) {
         if !queue {
             return;
@@ -151,11 +155,29 @@ impl<O: Objects> ObjectStore<O> {
             return;
         };
         match slot.upgrade() {
-            Some(slot) => slot.hang_once(|| self.bells.hang(names)),
+            Some(slot) => {
+                slot.hang_once(|| self.bells.hang(names));
+                if let (Some(ring), [name]) = (slot.take_ring(), names.as_slice()) {
+                    self.inner.backend.rung(name, &ring);
+                }
+            }
             None => {
                 listening.remove(&req.token);
             }
         }
+    }
+}
+
+impl<O: Objects> ObjectStore<O> {
+    /// Ring the next waiter of each of `names` on this host after a release here, with the
+    /// record the release wrote where there is one name: that waiter writes its grant on
+    /// condition of that record's version, without reading it first.
+    fn ring(&self, names: &[String]) {
+        let ring = match names {
+            [name] => self.inner.backend.ring(name),
+            _ => None,
+        };
+        self.bells.ring(names, ring.as_deref());
     }
 }
 
@@ -206,14 +228,14 @@ impl<O: Objects> Store for ObjectStore<O> {
     async fn release(&self, names: &[String], token: &str, outcome: Outcome) -> StoreResult<bool> {
         let released = self.inner.release(names, token, outcome).await?;
         if released {
-            self.bells.ring(names);
+            self.ring(names);
         }
         Ok(released)
     }
     async fn force_release(&self, names: &[String]) -> StoreResult<bool> {
         let released = self.inner.force_release(names).await?;
         if released {
-            self.bells.ring(names);
+            self.ring(names);
         }
         Ok(released)
     }

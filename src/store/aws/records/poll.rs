@@ -55,21 +55,35 @@ pub struct Rung {
     slot: Arc<Slot>,
 }
 
-/// A listening waiter's bell, once its first queued attempt has hung it.
+/// A listening waiter's bell, once its first queued attempt has hung it, and what its last
+/// ring carried until the next attempt takes it.
 #[derive(Default)]
-pub struct Slot(Mutex<(bool, Option<Bell>)>);
+pub struct Slot(Mutex<SlotState>);
+
+#[derive(Default)]
+struct SlotState {
+    hung: bool,
+    bell: Option<Bell>,
+    ring: Option<Vec<u8>>,
+}
 
 impl Slot {
     /// Hang the bell unless it was hung before (it is hung once per wait).
     pub fn hang_once(&self, hang: impl FnOnce() -> Option<Bell>) {
         let mut s = self.0.lock().unwrap();
-        if !s.0 {
-            *s = (true, hang());
+        if !s.hung {
+            s.hung = true;
+            s.bell = hang();
         }
     }
 
+    /// What the last ring carried (the record the release wrote), once.
+    pub fn take_ring(&self) -> Option<Vec<u8>> {
+        self.0.lock().unwrap().ring.take()
+    }
+
     fn take(&self) -> Option<Bell> {
-        self.0.lock().unwrap().1.take()
+        self.0.lock().unwrap().bell.take()
     }
 }
 
@@ -94,7 +108,10 @@ impl Listener for Rung {
         };
         tokio::select! {
             _ = self.poll.changed(max) => {}
-            _ = bell.rung() => self.poll.last = Instant::now(),
+            ring = bell.rung() => {
+                self.poll.last = Instant::now();
+                self.slot.0.lock().unwrap().ring = ring;
+            }
         }
     }
 }
