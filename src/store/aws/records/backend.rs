@@ -194,7 +194,10 @@ impl<O: Objects> Records<O> {
         }
         let mut rows = vec![w.rows.clone()];
         let decision = if create {
-            rows[0].floor = rows[0].floor.max(floor(now) - 1);
+            // The fence floor from the `Date` itself, never from the bound: a floor ahead of
+            // the server's clock would be above the next one a read gives, and a store that
+            // forgot in between would then hand out a lower fence.
+            rows[0].floor = rows[0].floor.max(floor(w.date_ms) - 1);
             // Every expiry written gets `PAD_MS` on top (`apply`): from the bound, not past it.
             decide(now - PAD_MS, &mut rows)
         } else {

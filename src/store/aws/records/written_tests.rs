@@ -151,3 +151,39 @@ async fn a_ring_for_a_record_written_since_is_not_taken() {
         "a stale ring let a second holder in: {a:?}"
     );
 }
+
+/// A grant on a record as last written (here this process's own release) floors its fence at
+/// the `Date` the record was decided on, never at the bound of the clock it reckons the lease
+/// from: that bound may be ahead of the server's clock, and once the store forgets, the next
+/// grant's floor comes from a read's `Date` alone.
+#[tokio::test]
+async fn fences_from_records_as_written_stay_below_the_next_seconds_floor() {
+    let memory = Arc::new(Memory::default());
+    memory.date_ms.store(1_800_000_000_000, Ordering::SeqCst);
+    let holder = process(&memory);
+    let mut top = 0;
+    for _ in 0..3 {
+        let req = request(Duration::from_secs(30));
+        match holder.try_acquire(&req, false).await.unwrap() {
+            Attempt::Granted(g) => top = top.max(g[0].fence),
+            a => panic!("{a:?}"),
+        }
+        let released = holder.release(&req.names, &req.token, Outcome::Released);
+        assert!(released.await.unwrap());
+    }
+    // The next second's `Date`, and the bucket emptied.
+    memory.date_ms.fetch_add(1000, Ordering::SeqCst);
+    memory.bodies.lock().unwrap().clear();
+    let a = process(&memory)
+        .try_acquire(&request(Duration::from_secs(30)), false)
+        .await
+        .unwrap();
+    let Attempt::Granted(g) = a else {
+        panic!("{a:?}")
+    };
+    assert!(
+        g[0].fence > top,
+        "fence {} after the store forgot, {top} before",
+        g[0].fence
+    );
+}
