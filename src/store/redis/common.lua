@@ -8,12 +8,12 @@
 --   wd waiters:  token -> "deadline_ms|mode" (a waiter that stops refreshing is dropped),
 --                or "deadline_ms|mode|ttl_ms|meta" from a waiter a release may hand the lock to
 redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local t_now = redis.call('TIME')
+local now = tonumber(t_now[1]) * 1000 + math.floor(tonumber(t_now[2]) / 1000)
 -- The least fence a grant hands out: this server's clock since 2020-01-01 in microseconds,
 -- counted in whole milliseconds (store::fence_floor), so a server that lost its counters, or
 -- went back to an older copy of them, still hands out more than before.
-local floor = (tonumber(t[1]) - 1577836800) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+local floor = (tonumber(t_now[1]) - 1577836800) * 1000000 + math.floor(tonumber(t_now[2]) / 1000) * 1000
 local n = #KEYS / 4
 
 local function keys(i)
@@ -141,6 +141,25 @@ local function hold(h, token, ttl, fs, mode, meta)
   redis.call('HSET', h, token, (now + ttl) .. '|' .. fs .. '|' .. mode .. '|' .. meta)
 end
 
+-- The server's clock as `acquired_at` is written (RFC 3339 in whole seconds, UTC), from the
+-- days since the epoch to a civil date (H. Hinnant's algorithm).
+local function rfc3339(secs)
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02dZ', y, m, d,
+    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60)
+end
+
 -- Grant waiter `t` the lock in a release's own script (`to`: its h and f keys), as its grant
 -- would: the next fence, a lease of the ttl it asked for, from now. It is told on its channel
 -- "g|seq|fence|marked|horizon|previous": its place in line (seq: a waiter queued again since
@@ -159,6 +178,9 @@ local function hand_over(to, w, wd, t, m, heir)
   end
   local marked, horizon = recall(h, f)
   local fs = next_fence(f)
+  -- Its metadata was stamped at its last look: held since now, as `inspect` shows it.
+  local at = '"acquired_at":"' .. rfc3339(tonumber(t_now[1])) .. '"'
+  meta = (string.gsub(meta, '"acquired_at":"[^"]*"', at, 1))
   hold(h, t, tonumber(ttl), fs, m, meta)
   unwait(w, wd, t)
   local previous = redis.call('HGET', f, 'previous') or 'none'
