@@ -102,7 +102,8 @@ fn namespace(property: &str) -> String {
     format!("{property}-{:08x}", (crate::sys::random_u64() as u32))
 }
 
-fn request(names: &[&str], mode: Mode, ttl: Duration, detached: bool) -> Acquire {
+/// A request for `names` in one mode (the store modules' own tests use it too).
+pub(crate) fn request(names: &[&str], mode: Mode, ttl: Duration, detached: bool) -> Acquire {
     let named: Vec<(&str, Mode)> = names.iter().map(|n| (*n, mode)).collect();
     mixed(&named, ttl, detached)
 }

@@ -73,14 +73,7 @@ fn process(memory: &Arc<Memory>) -> RecordStore<Records<Arc<Memory>>> {
 }
 
 fn request(ttl: Duration) -> Acquire {
-    Acquire {
-        names: vec!["job".into()],
-        token: crate::names::new_token(),
-        modes: vec![Mode::Exclusive],
-        ttl,
-        meta: "{}".into(),
-        detached: false,
-    }
+    crate::store::conformance::request(&["job"], Mode::Exclusive, ttl, false)
 }
 
 /// The stored expiry of the record's only holder.
