@@ -100,20 +100,14 @@ impl HostBells {
     }
 
     /// Ring the oldest live waiter of each of `names` on this host (after a release): a byte
-    /// into its pipe, or `what` (the record the release wrote, at most `PIPE_BUF` bytes, so
-    /// one write puts it whole or not at all). Bells whose waiter died on the way are removed.
-    pub fn ring(&self, names: &[String], what: Option<&[u8]>) {
-        let frame = match what {
-            Some(w) if w.len() + 5 <= libc::PIPE_BUF => {
-                let mut f = vec![b'#'];
-                f.extend((w.len() as u32).to_le_bytes());
-                f.extend(w);
-                f
-            }
-            _ => b"!".to_vec(),
-        };
+    /// into its pipe, or what `what` makes (the record the release wrote, at most `PIPE_BUF`
+    /// bytes, so one write puts it whole or not at all), made only once a live bell is found.
+    /// Bells whose waiter died on the way are removed.
+    pub fn ring(&self, names: &[String], what: impl FnOnce() -> Option<Vec<u8>>) {
+        let (mut what, mut frame) = (Some(what), None);
         self.walk(names, |pipe| {
-            let _ = pipe.write(&frame);
+            let f = frame.get_or_insert_with(|| framed(what.take().and_then(|w| w())));
+            let _ = pipe.write(f);
             true
         });
     }
@@ -181,6 +175,20 @@ impl Bell {
                 Err(_) => return std::future::pending().await,
             }
         }
+    }
+}
+
+/// One ring: `#`, a 32-bit length and `what`, or `!` where there is nothing to carry or it
+/// would not fit one atomic write.
+fn framed(what: Option<Vec<u8>>) -> Vec<u8> {
+    match what {
+        Some(w) if w.len() + 5 <= libc::PIPE_BUF => {
+            let mut f = vec![b'#'];
+            f.extend((w.len() as u32).to_le_bytes());
+            f.extend(w);
+            f
+        }
+        _ => b"!".to_vec(),
     }
 }
 

@@ -37,11 +37,11 @@ async fn a_release_rings_the_oldest_waiter_only_and_the_next_one_next() {
     let store = bells(tmp.path(), "s3://b");
     let mut first = store.hang(&names(&["job"])).unwrap();
     let mut second = store.hang(&names(&["job"])).unwrap();
-    store.ring(&names(&["job"]), None);
+    store.ring(&names(&["job"]), || None);
     assert!(rings(&mut first).await, "the oldest waiter was not rung");
     assert!(!rings(&mut second).await, "a second waiter was rung too");
     drop(first);
-    store.ring(&names(&["job"]), None);
+    store.ring(&names(&["job"]), || None);
     assert!(rings(&mut second).await);
     drop(second);
     assert!(
@@ -61,7 +61,7 @@ async fn a_dead_waiters_bell_is_passed_over_and_removed() {
         .join("bells")
         .join(format!("{}{:020}-1", store.key("job"), 0));
     crate::sys::mkfifo(&dead, 0o600).unwrap();
-    store.ring(&names(&["job"]), None);
+    store.ring(&names(&["job"]), || None);
     assert!(rings(&mut live).await, "the dead bell took the ring");
     assert!(!dead.exists(), "the dead bell was left");
 }
@@ -86,13 +86,13 @@ async fn other_stores_and_names_ring_nobody_and_several_names_share_one_bell() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, other) = (bells(tmp.path(), "s3://b"), bells(tmp.path(), "s3://c"));
     let mut both = store.hang(&names(&["a", "b"])).unwrap();
-    other.ring(&names(&["a"]), None);
-    store.ring(&names(&["c"]), None);
+    other.ring(&names(&["a"]), || None);
+    store.ring(&names(&["c"]), || None);
     assert!(
         !rings(&mut both).await,
         "rung by another store's or name's release"
     );
-    store.ring(&names(&["b"]), None);
+    store.ring(&names(&["b"]), || None);
     assert!(rings(&mut both).await);
     assert_eq!(left(tmp.path()), 2);
     drop(both);
@@ -115,17 +115,17 @@ async fn a_ring_carries_what_the_release_gave_and_the_last_ring_counts() {
     let tmp = tempfile::tempdir().unwrap();
     let store = bells(tmp.path(), "s3://b");
     let mut bell = store.hang(&names(&["job"])).unwrap();
-    store.ring(&names(&["job"]), Some(b"record one"));
+    store.ring(&names(&["job"]), || Some(b"record one".to_vec()));
     assert_eq!(bell.rung().await.as_deref(), Some(&b"record one"[..]));
     // Two releases before the waiter reads: only the later record is worth deciding on.
-    store.ring(&names(&["job"]), Some(b"record one"));
-    store.ring(&names(&["job"]), Some(b"record two"));
+    store.ring(&names(&["job"]), || Some(b"record one".to_vec()));
+    store.ring(&names(&["job"]), || Some(b"record two".to_vec()));
     assert_eq!(bell.rung().await.as_deref(), Some(&b"record two"[..]));
     // A plain ring after one that carried a record: that record may be stale.
-    store.ring(&names(&["job"]), Some(b"record three"));
-    store.ring(&names(&["job"]), None);
+    store.ring(&names(&["job"]), || Some(b"record three".to_vec()));
+    store.ring(&names(&["job"]), || None);
     assert_eq!(bell.rung().await, None);
     // Too large for one atomic write to a pipe: rung plainly, never cut.
-    store.ring(&names(&["job"]), Some(&vec![b'x'; libc::PIPE_BUF]));
+    store.ring(&names(&["job"]), || Some(vec![b'x'; libc::PIPE_BUF]));
     assert_eq!(bell.rung().await, None);
 }

@@ -140,9 +140,7 @@ impl<O: Objects> ObjectStore<O> {
             }),
         }
     }
-}
 
-impl<O: Objects> ObjectStore<O> {
     /// An attempt made while its waiter listens: the waiter's bell hangs, once (see
     /// `listening`); after a ring that carried the record the release wrote, the attempt
     /// decides on that record without reading it (`Records::rung`).
@@ -166,18 +164,15 @@ impl<O: Objects> ObjectStore<O> {
             }
         }
     }
-}
 
-impl<O: Objects> ObjectStore<O> {
     /// Ring the next waiter of each of `names` on this host after a release here, with the
     /// record the release wrote where there is one name: that waiter writes its grant on
     /// condition of that record's version, without reading it first.
     fn ring(&self, names: &[String]) {
-        let ring = match names {
+        self.bells.ring(names, || match names {
             [name] => self.inner.backend.ring(name),
             _ => None,
-        };
-        self.bells.ring(names, ring.as_deref());
+        });
     }
 }
 
