@@ -366,6 +366,7 @@ impl Backend for Files {
             waiter_ttl: None,
             forgetful: true,
             far: None,
+            hand_over: false,
         }
     }
 

@@ -114,6 +114,7 @@ impl Backend for Memory {
             waiter_ttl: None,
             forgetful: true,
             far: None,
+            hand_over: false,
         }
     }
 

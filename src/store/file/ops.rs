@@ -40,6 +40,7 @@ impl Dir {
                 expires: i64::MAX,
                 meta: e.meta,
                 bell: 0,
+                ttl: 0,
             });
         Rows {
             name: name.to_string(),

@@ -298,6 +298,7 @@ fn load(names: &[String], records: &[Row], holders: &[Row], waiters: &[Row]) -> 
                     expires: int(row, 4),
                     meta: text(row, 5),
                     bell: int(row, 6),
+                    ttl: 0,
                 })
                 .collect();
             r

@@ -35,6 +35,13 @@ pub struct Entry {
     pub n: i64,
     #[serde(rename = "d")]
     pub meta: String,
+    /// A waiter's: the lease a release may hand it (`WaiterRow::ttl`), 0 for none.
+    #[serde(rename = "l", default, skip_serializing_if = "is_zero")]
+    pub ttl: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Whether a holder's or waiter's key is live, and (for `inspect` and a waiter's next look
@@ -57,6 +64,7 @@ impl Record {
             mode: mode.into(),
             n,
             meta: meta.into(),
+            ttl: 0,
         };
         Record {
             fence: r.fence,
@@ -70,7 +78,10 @@ impl Record {
             waiters: r
                 .waiters
                 .iter()
-                .map(|w| entry(&w.token, &w.mode, w.seq, &w.meta))
+                .map(|w| Entry {
+                    ttl: w.ttl,
+                    ..entry(&w.token, &w.mode, w.seq, &w.meta)
+                })
                 .collect(),
             marked: r.marked,
         }
@@ -112,6 +123,7 @@ impl Record {
                     expires: until(waiter(&w.token)),
                     meta: w.meta.clone(),
                     bell: 0,
+                    ttl: w.ttl,
                 })
                 .collect(),
             marked: self.marked,
@@ -135,12 +147,14 @@ mod tests {
                 mode: "s".into(),
                 n: 7,
                 meta: "{}".into(),
+                ttl: 0,
             }],
             waiters: vec![Entry {
                 token: "t2".into(),
                 mode: "x".into(),
                 n: 2,
                 meta: "{}".into(),
+                ttl: 0,
             }],
             marked: true,
         };

@@ -445,6 +445,7 @@ fn load(names: &[String], records: &[Row], rows: &[Row]) -> Vec<Rows> {
                         expires: row.get(5),
                         meta: row.get(6),
                         bell: 0,
+                        ttl: 0,
                     });
                 }
             }

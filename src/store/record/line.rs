@@ -62,6 +62,11 @@ pub struct Rules {
     pub forgetful: bool,
     /// Waiters far back in a loose line look less often (`None`: every waiter alike).
     pub far: Option<Far>,
+    /// A release that leaves a loose line's name free grants it to the waiter at the head
+    /// in the same write (`hand_over`), where the backend can tell that waiter so: the
+    /// waiter then holds without a grant of its own, a handoff one write instead of three
+    /// round trips.
+    pub hand_over: bool,
 }
 
 /// A waiter with at least `ahead` live waiters before it, on every name it asks for, is far
@@ -87,6 +92,7 @@ impl Rules {
         waiter_ttl: Some(Duration::from_secs(2)),
         forgetful: false,
         far: None,
+        hand_over: false,
     };
 
     /// `d` in ticks.
@@ -146,7 +152,10 @@ fn ahead(r: &Rows, pos: usize) -> Vec<(Ahead, Option<Mode>)> {
 /// that decides it is dropped on the way (a dead waiter ahead can only keep it out).
 pub(super) fn verdict(r: &mut Rows, token: &str, mode: Mode, cx: &Ctx, w: &mut Writes) -> Verdict {
     if cx.rules.line == Line::Loose {
-        let admitted = mode.admits(r.holders.iter().map(|h| mode_of(&h.mode)));
+        // Its own lease (a grant it did not hear, a lease handed to it) is no obstacle: it
+        // is granted again, above it.
+        let others = r.holders.iter().filter(|h| h.token != token);
+        let admitted = mode.admits(others.map(|h| mode_of(&h.mode)));
         return Verdict {
             admitted,
             by_holder: true,
@@ -255,6 +264,42 @@ pub(super) fn wake(r: &mut Rows, cx: &Ctx, except: &str, w: &mut Writes) {
     }
 }
 
+/// Grant the name to the waiter at the head of a loose line, where a release left it
+/// without a holder (`Rules::hand_over`), dropping dead waiters on the way as `wake` does;
+/// the waiter is rung as well, to learn of it. Only a waiter that asked for this one name
+/// alone, exclusively (`WaiterRow::ttl` set): a part of what it asks for would be a lease it
+/// does not know it holds. False (nothing done) if there is no such waiter at the head.
+pub(super) fn hand_over(r: &mut Rows, cx: &Ctx, w: &mut Writes) -> bool {
+    if cx.rules.line != Line::Loose || !r.holders.is_empty() {
+        return false;
+    }
+    r.waiters.sort_by_key(|x| x.seq);
+    while r.waiters.first().is_some_and(|x| dead(x, cx)) {
+        remove_waiter(r, 0, w);
+    }
+    let Some(x) = r.waiters.first().cloned() else {
+        return false;
+    };
+    if x.ttl <= 0 || mode_of(&x.mode) != Mode::Exclusive {
+        return false;
+    }
+    let modes = [Mode::Exclusive];
+    let req = super::rules::GrantRequest {
+        token: &x.token,
+        modes: &modes,
+        ttl: x.ttl,
+        meta: &x.meta,
+        queue: false,
+        bell: x.bell,
+    };
+    super::rules::hold(0, r, cx, &req, w);
+    w.out.push(Write::Wake {
+        token: x.token,
+        bell: x.bell,
+    });
+    true
+}
+
 /// Take `token` out of the line; true if it stood in it.
 pub(super) fn leave(r: &mut Rows, token: &str, w: &mut Writes) -> bool {
     match r.waiters.iter().position(|x| x.token == token) {
@@ -286,6 +331,7 @@ mod tests {
         waiter_ttl: None,
         forgetful: true,
         far: None,
+        hand_over: false,
     };
 
     fn cx<'a>(rules: &'a Rules, now: i64, dead: &'a Dead) -> Ctx<'a> {

@@ -42,7 +42,9 @@ mod store;
 
 use async_trait::async_trait;
 
-use super::{Acquire, Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite};
+use super::{
+    Acquire, Granted, Health, HealthQuery, Listener, Recall, StoreError, StoreResult, TagWrite,
+};
 use rules::{Rows, Rules, WaiterRow, Write};
 pub use store::RecordStore;
 
@@ -158,6 +160,13 @@ pub trait Backend: Send + Sync + 'static {
     /// `token`'s request was granted or withdrawn: whatever this process kept for its wait
     /// may go.
     fn done(&self, _token: &str) {}
+
+    /// The lease a release handed `req` (`Rules::hand_over`) and told this process of, to
+    /// be taken without a transaction: its grant and what the store recalled. By default
+    /// none.
+    fn handed(&self, _req: &Acquire) -> Option<(Granted, Recall)> {
+        None
+    }
 
     /// What a failed renewal says: a backend may know the lease went with its storage.
     fn renew_failed(&self, e: StoreError) -> StoreError {

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 pub use super::line::{Ctx, Far, Line, Lives, Rules};
-use super::line::{join, leave, mode_of, seqs, verdict, wake};
+use super::line::{hand_over, join, leave, mode_of, seqs, verdict, wake};
 // `End`: this module's `Outcome` is a grant's.
 use crate::store::{
     Granted, Holder, LockState, Mode, Outcome as End, Previous, Recall, Waiter, fence_floor_now,
@@ -39,6 +39,9 @@ pub struct WaiterRow {
     /// Where a release rings to wake this waiter, on a database that must be told (MySQL:
     /// the id of the connection the waiter sleeps on); 0 where wake-ups go by token.
     pub bell: i64,
+    /// The lease a release may hand this waiter (`Rules::hand_over`), in ticks: set only
+    /// for a request of this one name, exclusive; 0 where the store keeps no such thing.
+    pub ttl: i64,
 }
 
 /// Everything one name has in the store, as loaded under its lock. A backend builds it with
@@ -223,6 +226,7 @@ pub fn grant(rows: &mut [Rows], cx: &Ctx, req: &GrantRequest) -> (Outcome, Vec<W
     let mut far = false;
     if busy {
         if req.queue {
+            let rows_len = rows.len();
             let seqs = seqs(rows, req.token, cx, &mut w);
             far = far_back(rows, &seqs, cx);
             let factor = cx.rules.far.filter(|_| far).map_or(1, |f| f.factor);
@@ -238,6 +242,7 @@ pub fn grant(rows: &mut [Rows], cx: &Ctx, req: &GrantRequest) -> (Outcome, Vec<W
                     expires,
                     meta: req.meta.to_string(),
                     bell: req.bell,
+                    ttl: handed_ttl(req, rows_len),
                 };
                 join(r, row, &mut w);
             }
@@ -275,8 +280,22 @@ fn far_back(rows: &[Rows], seqs: &[i64], cx: &Ctx) -> bool {
     })
 }
 
+/// The lease a release may hand a waiter of `req` (`WaiterRow::ttl`): one name, exclusive.
+fn handed_ttl(req: &GrantRequest, names: usize) -> i64 {
+    match names == 1 && req.modes.first() == Some(&Mode::Exclusive) {
+        true => req.ttl,
+        false => 0,
+    }
+}
+
 /// The grant on one name: the next fence, the holder's row, out of the line.
-fn hold(i: usize, r: &mut Rows, cx: &Ctx, req: &GrantRequest, w: &mut Writes) -> Granted {
+pub(super) fn hold(
+    i: usize,
+    r: &mut Rows,
+    cx: &Ctx,
+    req: &GrantRequest,
+    w: &mut Writes,
+) -> Granted {
     let mode = req.modes[i];
     r.fence = (r.fence + 1).max(r.floor + 1);
     if cx.rules.forgetful {
@@ -346,6 +365,7 @@ pub fn renew(rows: &mut [Rows], now: i64, token: &str, ttl: i64) -> (Renewal, Ve
 pub fn release(rows: &mut [Rows], cx: &Ctx, token: &str, outcome: End) -> (bool, Vec<Write>) {
     let mut w = Writes::new();
     let mut held = false;
+    let single = rows.len() == 1;
     for (i, r) in rows.iter_mut().enumerate() {
         let waited = leave(r, token, &mut w);
         let pos = r.holders.iter().position(|h| h.token == token);
@@ -364,7 +384,10 @@ pub fn release(rows: &mut [Rows], cx: &Ctx, token: &str, outcome: End) -> (bool,
         let purged = purge(i, r, cx.now, &mut w);
         // A waiter leaving a loose line stood in nobody's way.
         if pos.is_some() || purged || (waited && cx.rules.line == Line::Fair) {
-            wake(r, cx, token, &mut w);
+            let handed = single && cx.rules.hand_over && hand_over(r, cx, &mut w);
+            if !handed {
+                wake(r, cx, token, &mut w);
+            }
         }
     }
     (held, w.finish(rows))

@@ -327,3 +327,100 @@ fn a_waiter_far_back_in_line_keeps_its_place_longer() {
         assert_eq!(row.expires, 2_300);
     }
 }
+
+/// The rules of a store that hands a released lock over (`Rules::hand_over`), at `now`.
+fn handing(now: i64) -> Ctx<'static> {
+    static HANDING: Rules = Rules {
+        hand_over: true,
+        ..Rules::SQL
+    };
+    Ctx {
+        now,
+        rules: &HANDING,
+        alive: &Yes,
+    }
+}
+
+#[test]
+fn a_release_hands_the_lock_to_the_live_waiter_at_the_head() {
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &handing(0), &req("t1", Mode::Exclusive, false));
+    grant(&mut rs, &handing(1), &req("gone", Mode::Exclusive, true));
+    grant(&mut rs, &handing(500), &req("w1", Mode::Exclusive, true));
+    grant(&mut rs, &handing(600), &req("w2", Mode::Exclusive, true));
+    renew(&mut rs, 900, "t1", 1000);
+    renew(&mut rs, 1800, "t1", 1000);
+    let (held, w) = release(&mut rs, &handing(2100), "t1", End::Released);
+    assert!(held);
+    assert_writes_match(&rs, &w);
+    // The dead waiter dropped, the next one holding with the next fence and its own ttl,
+    // out of the line and rung; the one behind it still waits.
+    let h = &rs[0].holders;
+    assert_eq!(h.len(), 1);
+    assert_eq!(
+        (h[0].token.as_str(), h[0].fence, h[0].expires),
+        ("w1", 2, 3100)
+    );
+    assert_eq!(rs[0].previous, "released");
+    let tokens: Vec<&str> = rs[0].waiters.iter().map(|x| x.token.as_str()).collect();
+    assert_eq!(tokens, ["w2"]);
+    for gone in ["gone", "w1"] {
+        assert!(w.contains(&Write::DeleteWaiter {
+            name: "a".into(),
+            token: gone.into()
+        }));
+    }
+    let wakes: Vec<_> = w
+        .iter()
+        .filter(|w| matches!(w, Write::Wake { .. }))
+        .collect();
+    let rung = Write::Wake {
+        token: "w1".into(),
+        bell: 7,
+    };
+    assert_eq!(wakes, vec![&rung]);
+    // The handed waiter's own attempt finds it holds, and is granted again above it.
+    let (o, _) = grant(&mut rs, &handing(2200), &req("w1", Mode::Exclusive, true));
+    let Outcome::Granted(g) = o else {
+        panic!("{o:?}")
+    };
+    assert_eq!(g[0].fence, 3);
+    assert_eq!(rs[0].holders.len(), 1);
+}
+
+#[test]
+fn only_a_lone_exclusive_request_is_handed_a_lock() {
+    // A sharer, a waiter for two names, and a store that does not hand over: rung only.
+    let shared = |rs: &mut Vec<Rows>| {
+        grant(rs, &handing(1), &req("w", Mode::Shared, true));
+    };
+    let two = |rs: &mut Vec<Rows>| {
+        let mut both = vec![rs[0].clone(), rows("b")];
+        grant(&mut both, &handing(1), &req("w", Mode::Exclusive, true));
+        rs[0] = both.remove(0);
+    };
+    let lone = |rs: &mut Vec<Rows>| {
+        grant(rs, &handing(1), &req("w", Mode::Exclusive, true));
+    };
+    type Queue<'a> = &'a dyn Fn(&mut Vec<Rows>);
+    let cases: [(Queue, Ctx); 3] = [(&shared, handing(2)), (&two, handing(2)), (&lone, cx(2))];
+    for (queue, at) in cases {
+        let mut rs = vec![rows("a")];
+        grant(&mut rs, &handing(0), &req("t1", Mode::Exclusive, false));
+        queue(&mut rs);
+        let (_, w) = release(&mut rs, &at, "t1", End::Released);
+        assert!(rs[0].holders.is_empty(), "{:?}", rs[0].holders);
+        assert!(w.contains(&Write::Wake {
+            token: "w".into(),
+            bell: 7
+        }));
+    }
+    // Nor while another holder stays.
+    let mut rs = vec![rows("a")];
+    grant(&mut rs, &handing(0), &req("s1", Mode::Shared, false));
+    grant(&mut rs, &handing(0), &req("s2", Mode::Shared, false));
+    grant(&mut rs, &handing(1), &req("w", Mode::Exclusive, true));
+    release(&mut rs, &handing(2), "s1", End::Released);
+    let tokens: Vec<&str> = rs[0].holders.iter().map(|h| h.token.as_str()).collect();
+    assert_eq!(tokens, ["s2"]);
+}
