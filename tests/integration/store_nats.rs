@@ -339,3 +339,41 @@ fn a_release_reads_no_key_of_the_waiters_behind_the_one_it_rings() {
     assert_eq!(stdout(&o), "first");
     assert_code(&finish(second, Duration::from_secs(20)), 0);
 }
+
+/// A release hands the lock to the waiter at the head of the line in its own write: the
+/// waiter (through a recording proxy) holds without reading or writing the name's record or
+/// its own lease key, and with a fence above the releaser's.
+#[test]
+fn a_release_hands_the_lock_to_the_waiter_which_holds_without_a_request() {
+    let server = NatsServer::start();
+    let direct = Env::with_stores(vec![server.url()]);
+    let proxy = Proxy::to_port(server.port);
+    let url = server
+        .url()
+        .replace(&format!("127.0.0.1:{}", server.port), &proxy.addr());
+    let via = Env::with_stores(vec![url]);
+    let token = stdout(&direct.run(&["lock", "handed"]));
+    let before = fence(&direct, "handed");
+    let waiter = via.spawn(&["lock", "handed", "-w", "30s"]);
+    let queued = || direct.inspect("handed")["waiters"].as_array().map(Vec::len) == Some(1);
+    assert!(wait_for(Duration::from_secs(10), queued), "never queued");
+    proxy.record();
+    assert_code(&direct.run(&["unlock", "handed", "--token", &token]), 0);
+    let o = finish(waiter, Duration::from_secs(20));
+    assert_code(&o, 0);
+    assert_eq!(
+        proxy.sent(".r.handed"),
+        0,
+        "the waiter read or wrote the record"
+    );
+    assert_eq!(proxy.sent(".h.handed"), 0, "the waiter wrote its lease key");
+    let state = direct.inspect("handed");
+    assert_eq!(
+        state["holders"].as_array().map(Vec::len),
+        Some(1),
+        "{state}"
+    );
+    assert!(fence(&direct, "handed") > before);
+    let mine = stdout(&o);
+    assert_code(&direct.run(&["unlock", "handed", "--token", &mine]), 0);
+}

@@ -24,8 +24,8 @@ pub async fn health(b: &Bucket, keys: &Keys, q: HealthQuery) -> StoreResult<Heal
             Severity::Ok,
             format!(
                 "KV bucket {:?}: per-message TTL and delete markers on: the server expires \
-                 leases and waiters see it; atomic batches on: a grant of several names is \
-                 one write",
+                 leases, and an expired one never comes back; atomic batches on: a grant of \
+                 several names is one write",
                 b.name
             ),
         ),

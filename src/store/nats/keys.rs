@@ -60,10 +60,6 @@ impl Keys {
     pub fn holder(&self, name: &str, token: &str) -> String {
         format!("{}.h.{}.{}", self.ns, escape(name), escape(token))
     }
-    /// Every holder key of the namespace (a waiter's watch: see `wake`).
-    pub fn holders_everywhere(&self) -> String {
-        format!("{}.h.>", self.ns)
-    }
     pub fn waiter(&self, token: &str) -> String {
         format!("{}.w.{}", self.ns, escape(token))
     }

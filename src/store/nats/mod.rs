@@ -28,9 +28,9 @@
 //! and created again or a server come back empty starts above every fence it handed out
 //! before. `inspect` shows the counter itself: the last fence handed out.
 //!
-//! **Waiting** (`wake`): a release rings one waiter's key, which the waiter subscribes to; an
-//! expiry shows as the server's marker on a holder key, which a consumer of the waiter's
-//! delivers. A waiter's key is read only when its life decides something (`unread`).
+//! **Waiting** (`wake`): a release rings one waiter's key, which the waiter subscribes to,
+//! and hands it the lock in its own write where the rules allow (`handover`). A waiter's key
+//! is read only when its life decides something (`unread`).
 //!
 //! **Several names** (`multilock`) are several records, written with the lease keys as one
 //! atomic batch (`allow_atomic`, NATS 2.12: all of it or nothing, every message with its
@@ -42,6 +42,7 @@
 
 mod bucket;
 mod doctor;
+mod handover;
 mod keys;
 mod record;
 mod setup;
@@ -61,7 +62,8 @@ use super::record::rules::{Rows, Rules, WaiterRow};
 use super::record::{Backend, Decide, RecordStore};
 use super::server::ServerUrl;
 use super::{
-    ErrorKind, Health, HealthQuery, Listener, StoreError, StoreResult, TagWrite, fence_floor,
+    Acquire, ErrorKind, Granted, Health, HealthQuery, Listener, Recall, StoreError, StoreResult,
+    TagWrite, fence_floor,
 };
 use bucket::{Bucket, Got, Wrote};
 use keys::Keys;
@@ -81,6 +83,8 @@ pub struct Nats {
     seen: Mutex<HashMap<String, Vec<String>>>,
     /// For a waiter's subscriptions (`wake`).
     client: async_nats::Client,
+    /// What releases handed this process's waiters (`handover`).
+    handovers: Arc<handover::Handovers>,
 }
 
 /// One name as an operation read it.
@@ -89,7 +93,7 @@ struct Loaded {
     rev: u64,
     /// Whether there is a record (not a delete or nothing).
     present: bool,
-    /// A fence the next grant must pass (`Rows::floor`): the clock floor, when it may grant.
+    /// A fence the next grant must pass (`Rows::floor`): the clock floor.
     floor: i64,
     record: Record,
     holders: HashMap<String, Got>,
@@ -123,6 +127,7 @@ impl Nats {
             desc: url.to_string(),
             seen: Mutex::default(),
             client,
+            handovers: Arc::default(),
         }))
     }
 
@@ -140,10 +145,10 @@ impl Nats {
     }
 
     /// A name's record and the keys of its holders, and of the waiters this process guessed
-    /// it names (the others are read only if they decide something: `unread`). With `floor` (an
-    /// operation that may grant), its fence counter is read floored (see the module doc); the
-    /// others see the last fence handed out, as `inspect` must show it.
-    async fn load(&self, b: &Bucket, name: &str, floor: bool) -> StoreResult<Loaded> {
+    /// it names (the others are read only if they decide something: `unread`), with the
+    /// fence floor a grant must pass (a release may grant too: `Rules::hand_over`); the
+    /// record itself keeps the last fence handed out, as `inspect` must show it.
+    async fn load(&self, b: &Bucket, name: &str) -> StoreResult<Loaded> {
         let guess = self.seen.lock().unwrap().get(name).cloned();
         let guess = guess.unwrap_or_default();
         let early = join_all(guess.iter().map(|k| b.get_owned(k.clone())));
@@ -169,7 +174,7 @@ impl Nats {
         };
         // The floor by the server's clock at the record's last write (see the module doc),
         // for the rules to pass (`Rows::floor`): the record keeps the last fence handed out.
-        let floor = match present && floor {
+        let floor = match present {
             true => i64::try_from(fence_floor(got.micros)).unwrap_or(i64::MAX),
             false => 0,
         };
@@ -255,7 +260,8 @@ impl Nats {
         create: bool,
         decide: Decide<'_>,
     ) -> StoreResult<Step> {
-        let mut loaded = join_all(names.iter().map(|n| self.load(b, n, create)))
+        let sent = tokio::time::Instant::now();
+        let mut loaded = join_all(names.iter().map(|n| self.load(b, n)))
             .await
             .into_iter()
             .collect::<StoreResult<Vec<_>>>()?;
@@ -281,7 +287,7 @@ impl Nats {
             self.read_waiters(b, &mut loaded, &asked).await?;
         };
         let step = self
-            .apply(b, names, &loaded, &rows, now, &decision.writes)
+            .apply(b, names, &loaded, &rows, (now, sent), &decision.writes)
             .await?;
         if let Step::Done = step {
             let mut seen = self.seen.lock().unwrap();
@@ -344,16 +350,34 @@ impl Backend for Nats {
     fn rules(&self) -> Rules {
         Rules {
             forgetful: true,
+            hand_over: true,
             ..Rules::SQL
         }
+    }
+
+    /// One name only: a handover is of one name (`handover`). What the release's record
+    /// names is this process's guess for its next read of it (see `seen`).
+    fn handed(&self, req: &Acquire) -> Option<(Granted, Recall)> {
+        let [name] = req.names.as_slice() else {
+            return None;
+        };
+        let (granted, recall, next) = self.handovers.take(&req.token, req.ttl)?;
+        let mut named = vec![self.keys.holder(name, &req.token)];
+        named.extend(next.map(|t| self.keys.waiter(&t)));
+        self.seen.lock().unwrap().insert(name.clone(), named);
+        Some((granted, recall))
+    }
+
+    fn done(&self, token: &str) {
+        self.handovers.forget(token);
     }
 
     async fn listen(&self, token: &str) -> StoreResult<Box<dyn Listener>> {
         let b = self.bucket();
         let own = b.subject(&self.keys.waiter(token));
-        let holders = b.subject(&self.keys.holders_everywhere());
         let kv = &b.checked().await?.kv;
-        let bell = wake::Bell::open(&self.client, kv, own, holders).await;
+        let told = (token.to_string(), self.handovers.clone());
+        let bell = wake::Bell::open(&self.client, kv, own, told).await;
         Ok(Box::new(bell))
     }
 

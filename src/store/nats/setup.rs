@@ -1,6 +1,7 @@
 //! Connecting, and the KV bucket a lock needs: one value per key (history 1), per-message
 //! TTL (`allow_msg_ttl`: without it no lease could expire) and delete markers
-//! (`subject_delete_marker_ttl`: without them a waiter's watch never sees an expiry), and
+//! (`subject_delete_marker_ttl`: an expired key's own revision, which a renewal over the
+//! revision its holder read loses to), and
 //! direct gets (reads of a key's last message with its headers). `?create=1` creates a
 //! missing bucket so, and switches the first two on in an existing one (NATS allows that,
 //! never the reverse); without it a bucket that lacks them is refused (78). `?create=1` also

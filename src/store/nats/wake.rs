@@ -1,30 +1,27 @@
-//! How a waiter learns that it may look again, from two kinds of keys:
+//! How a waiter learns that it may look again: a release rings the longest-waiting live
+//! waiter of the name by writing its key (`NS.w.TOKEN`): `wake`, or what it handed the
+//! waiter (`handover`). `record::rules` picks one waiter: never the herd. The waiter hears it
+//! through a plain subscription to the key's subject, which the server delivers as the write
+//! is published: no state on the server, nothing left behind when the waiter goes. It is made
+//! before the waiter's first write names it (on the same connection, so the server has it
+//! first): no ring can come before it. A push consumer of the key delivers the ring too, for
+//! a user allowed to subscribe to its inboxes only (as KV-only permissions often are: the
+//! server then refuses the plain subscription); a ring heard twice wakes once. The server
+//! drops that consumer within `FORGET` of the waiter going (a killed waiter included).
 //!
-//! - Its own key (`NS.w.TOKEN`): a release rings the longest-waiting live waiter of the name
-//!   by writing `wake` there (`record::rules` picks one: never the herd). The waiter hears it
-//!   through a plain subscription to the key's subject, which the server delivers as the
-//!   write is published: no state on the server, nothing left behind when the waiter goes.
-//!   It is made before the waiter's first write names it (on the same connection, so the
-//!   server has it first): no ring can come before it. The consumer below delivers the ring
-//!   too, for a user allowed to subscribe to its inboxes only (as KV-only permissions often
-//!   are: the server then refuses the plain subscription); a ring heard twice wakes once.
-//! - The namespace's holder keys, for the server's marker of an expiry only: a holder that
-//!   died is released by nobody. The server writes those markers into the stream without
-//!   publishing them, so only a consumer of the stream sees them: a push consumer on the
-//!   holder keys (and the waiter's own), delivering to a subscription of its own, that the
-//!   server drops within `FORGET` of the waiter going (a killed waiter included). A release
-//!   deletes its holder key, which the consumer tells apart (a delete, and the marker its own
-//!   expiry leaves a second later on a key seen deleted), so releases wake no one but the
-//!   one rung.
+//! A holder that died is released by nobody: its key expires, which nothing publishes (the
+//! server's marker goes into the stream only). A waiter learns of it by looking again at
+//! the lease's end, as its key's write time and ttl tell it, and at least every
+//! `MAX_POLL`. (A consumer of every holder key, for the markers, woke every waiter at each
+//! grant and release on two cores, and cost each handoff more than it saved an expiry.)
 //!
 //! The consumer is best effort: a stream at its consumer limit (the server's default is
 //! 1,000 per stream), or a server restarted (which forgets it), leaves the waiter without
-//! it, and the waiter then learns of a dead holder at the lease's end, when it looks again
-//! anyway. Rings depend on it only where the plain subscription is refused. (A watch from
+//! it. Rings depend on it only where the plain subscription is refused. (A watch from
 //! async-nats lingered 30 s after every waiter, so a busy lock filled the stream's consumer
 //! limit, and waiters then missed their rings and waited for their next look.)
 
-use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, push};
@@ -33,6 +30,7 @@ use async_nats::{Client, Message, Subscriber};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 
+use super::handover::Handovers;
 use crate::store::Listener;
 
 /// What a release writes to a waiter's key to wake it.
@@ -46,32 +44,44 @@ const FORGET: Duration = Duration::from_secs(2);
 pub struct Bell {
     /// The waiter key's subject, subscribed to.
     own: String,
+    /// The waiter's token, and where a handover rung on its key is noted for its next
+    /// attempt to take.
+    told: (String, Arc<Handovers>),
     ring: Option<Subscriber>,
-    /// The consumer's deliveries: the waiter's key and the holder keys.
+    /// The consumer's deliveries of the waiter's key.
     keys: Option<Subscriber>,
     /// Rings heard on each path (the subscription, the consumer), and rings acted on: a
     /// ring is new when a path has heard more than were acted on.
     heard: [u64; 2],
     acted: u64,
-    /// Holder keys seen deleted (released), whose marker is not an expiry.
-    deleted: HashSet<String>,
 }
 
 impl Bell {
-    /// Hear rings on `own` (the waiter key's subject), and expiries of the holder keys under
-    /// `holders` (a wildcard subject), through a consumer of `kv`'s stream that delivers the
-    /// rings too.
-    pub async fn open(client: &Client, kv: &Store, own: String, holders: String) -> Bell {
+    /// Hear rings on `own` (the waiter key's subject), and through a consumer of `kv`'s
+    /// stream; note a handover for `told`'s token.
+    pub async fn open(
+        client: &Client,
+        kv: &Store,
+        own: String,
+        told: (String, Arc<Handovers>),
+    ) -> Bell {
         let ring = client.subscribe(own.clone()).await.ok();
-        let keys = consumer(client, kv, vec![own.clone(), holders]).await;
+        let keys = consumer(client, kv, own.clone()).await;
         Bell {
             own,
+            told,
             ring,
             keys,
             heard: [0; 2],
             acted: 0,
-            deleted: HashSet::new(),
         }
+    }
+
+    /// Whether a message on the waiter's key rings it: a plain ring, or a handover (noted
+    /// for the next attempt to take).
+    fn is_ring(&self, payload: &[u8]) -> bool {
+        let (token, handovers) = &self.told;
+        payload == RING || handovers.heard(token, payload)
     }
 
     /// A ring heard on `path`: whether it is one not acted on yet.
@@ -83,35 +93,16 @@ impl Bell {
         self.acted = self.heard[path];
         true
     }
-
-    /// Whether a message on a holder key is the marker of its expiry (not of a release).
-    fn expired(&mut self, m: &Message) -> bool {
-        let key = m.subject.to_string();
-        let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).cloned();
-        if header("Nats-Marker-Reason").is_some() {
-            // A released holder's key was deleted, and the delete's own expiry brings the
-            // server's marker a second later: that is no expiry of a lease.
-            return !self.deleted.remove(&key);
-        }
-        match header("KV-Operation").as_ref().map(|v| v.as_str()) {
-            Some("DEL") => {
-                self.deleted.insert(key);
-                false
-            }
-            Some("PURGE") => !self.deleted.remove(&key),
-            _ => false,
-        }
-    }
 }
 
-/// A push consumer of the changes of `subjects`, delivering to a subscription made first.
-async fn consumer(client: &Client, kv: &Store, subjects: Vec<String>) -> Option<Subscriber> {
+/// A push consumer of the changes of `subject`, delivering to a subscription made first.
+async fn consumer(client: &Client, kv: &Store, subject: String) -> Option<Subscriber> {
     let inbox = client.new_inbox();
     let sub = client.subscribe(inbox.clone()).await.ok()?;
     let config = push::Config {
         deliver_subject: inbox,
         description: Some("dlock waiter".into()),
-        filter_subjects: subjects,
+        filter_subject: subject,
         deliver_policy: DeliverPolicy::New,
         ack_policy: AckPolicy::None,
         inactive_threshold: FORGET,
@@ -149,11 +140,7 @@ impl Listener for Bell {
                 }
                 continue;
             };
-            let woken = match m.subject.as_str() == self.own {
-                true => m.payload.as_ref() == RING && self.rung(path),
-                false => self.expired(&m),
-            };
-            if woken {
+            if m.subject.as_str() == self.own && self.is_ring(&m.payload) && self.rung(path) {
                 return;
             }
         }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
+use tokio::time::Instant;
 
 use super::bucket::{Bucket, Msg, Wrote};
 use super::record::Record;
-use super::{Loaded, Nats, Step, setup, wake};
+use super::{Loaded, Nats, Step, handover, setup, wake};
 use crate::store::StoreResult;
 use crate::store::record::rules::{Rows, Write};
 
@@ -23,6 +24,8 @@ struct Lease {
     holder: bool,
     /// A holder's key that was live when read: a renewal, or a grant tried again.
     was_live: bool,
+    /// The token, of a holder's or a waiter's key.
+    token: String,
 }
 
 impl Lease {
@@ -48,7 +51,7 @@ impl Nats {
         names: &[String],
         loaded: &[Loaded],
         rows: &[Rows],
-        now: i64,
+        (now, sent): (i64, Instant),
         writes: &[Write],
     ) -> StoreResult<Step> {
         let (leases, renewed) = self.leases(names, loaded, now, writes);
@@ -64,10 +67,27 @@ impl Nats {
                 return Ok(Step::Again);
             }
         } else if records.len() <= 1 && leases.iter().all(|l| l.expect.is_none()) {
-            // One record: pipelined (see `in_order`).
-            if !in_order(b, &leases, records, tidy, drops_waiters(writes)).await? {
+            // One record: pipelined (see `in_order`). The tidying waits for the record when
+            // it deletes a waiter's key (whose waiter would lose its place in line if the
+            // record lost) or rings a handover (which must not be heard unless it won).
+            let (now, after) = match drops_waiters(writes) {
+                true => (Vec::new(), tidy),
+                false => (tidy, Vec::new()),
+            };
+            let Some(seqs) = in_order(b, &leases, records, now).await? else {
                 return Ok(Step::Again);
+            };
+            self.wrote(&leases, &seqs, sent);
+            let after = self.handing_over(after, rows, writes, &leases, &seqs);
+            // Their answers awaited, as the proof that they left this process (which may
+            // end as soon as this returns), not as a condition: a lost one leaves a key
+            // that no record names, gone at its ttl, or a waiter to find its turn at its
+            // next look.
+            let mut sent = Vec::new();
+            for m in after {
+                sent.extend(b.submit(m).await.ok());
             }
+            join_all(sent.into_iter().map(|s| b.acked(s))).await;
         } else {
             let wrote = join_all(leases.iter().map(|l| b.send(l.msg()))).await;
             if first_conflict(wrote)? || !write_records(b, records, &leases).await? {
@@ -115,6 +135,7 @@ impl Nats {
                         ttl: ttl(row.expires),
                         holder: true,
                         was_live,
+                        token: row.token.clone(),
                     });
                 }
                 Write::PutWaiter { row, .. } => {
@@ -127,6 +148,7 @@ impl Nats {
                             ttl: ttl(row.expires),
                             holder: false,
                             was_live: false,
+                            token: row.token.clone(),
                         });
                     }
                 }
@@ -134,6 +156,52 @@ impl Nats {
             }
         }
         (leases, renewed)
+    }
+
+    /// Note when each waiter's key was written by an attempt sent at `sent` (`handover`).
+    fn wrote(&self, leases: &[Lease], seqs: &[u64], sent: Instant) {
+        for (l, &seq) in leases.iter().zip(seqs).filter(|(l, _)| !l.holder) {
+            self.handovers.queued(&l.token, seq, sent);
+        }
+    }
+
+    /// `after` with the ring of a waiter handed the lock (`Rules::hand_over`: rung, and
+    /// given a holder's lease key by this decision) saying so, with the stream sequence of
+    /// that key's write.
+    fn handing_over(
+        &self,
+        mut after: Vec<Msg>,
+        rows: &[Rows],
+        writes: &[Write],
+        leases: &[Lease],
+        seqs: &[u64],
+    ) -> Vec<Msg> {
+        for w in writes {
+            let Write::Wake { token, .. } = w else {
+                continue;
+            };
+            let Some(i) = leases.iter().position(|l| l.holder && l.token == *token) else {
+                continue;
+            };
+            let Some((r, h)) = rows.iter().find_map(|r| {
+                let h = r.holders.iter().find(|h| h.token == *token)?;
+                Some((r, h))
+            }) else {
+                continue;
+            };
+            let key = self.keys.waiter(token);
+            let next = r
+                .waiters
+                .iter()
+                .min_by_key(|x| x.seq)
+                .map(|x| x.token.as_str());
+            let told = handover::message(seqs[i], h.fence, r.marked, &r.previous, next);
+            let ring = |m: &&mut Msg| m.key == key && m.value == wake::RING;
+            for m in after.iter_mut().filter(ring) {
+                m.value = told.clone();
+            }
+        }
+        after
     }
 
     /// The writes of the records the decision changed, in name order, each over the
@@ -225,51 +293,43 @@ async fn write_records(b: &Bucket, records: Vec<Msg>, leases: &[Lease]) -> Store
 }
 
 /// The writes of a decision on one record, handed over at once and their answers awaited
-/// after: one round trip. The server writes them in order (lease keys, record, tidying), so
+/// after: one round trip. The server writes them in order (lease keys, record, `tidy`), so
 /// the record never lands before the keys it names. No lease here expects a revision (a new
 /// holder's key, a waiter's), so none can lose; if the record loses, the tidying that went
 /// out with it costs no more than after a win (a holder that left gone sooner, a waiter
-/// rung for nothing), and the new holder keys are deleted as in `write_records`. With
-/// `tidy_after_win` (the tidying deletes a waiter's key, whose waiter would lose its place
-/// in line if the record lost) the tidying goes out only once the record has won, and its
-/// answer is not awaited.
+/// rung for nothing), and the new holder keys are deleted as in `write_records`. The stream
+/// sequences of the leases' writes if the record won; `None` if it lost.
 async fn in_order(
     b: &Bucket,
     leases: &[Lease],
     records: Vec<Msg>,
     tidy: Vec<Msg>,
-    tidy_after_win: bool,
-) -> StoreResult<bool> {
+) -> StoreResult<Option<Vec<u64>>> {
     let mut sent = Vec::new();
     for m in leases.iter().map(Lease::msg).chain(records) {
         sent.push(b.submit(m).await?);
     }
-    let (now, after) = match tidy_after_win {
-        true => (Vec::new(), tidy),
-        false => (tidy, Vec::new()),
-    };
     let mut later = Vec::new();
-    for m in now {
+    for m in tidy {
         later.extend(b.submit(m).await.ok());
     }
-    let mut won = true;
+    let (mut seqs, mut won) = (Vec::new(), true);
     for s in sent {
-        won &= b.acked(s).await? != Wrote::Conflict;
+        match b.acked(s).await? {
+            Wrote::Done(seq) => seqs.push(seq),
+            Wrote::Conflict => won = false,
+        }
     }
     join_all(later.into_iter().map(|s| b.acked(s))).await;
     if won {
-        // Handed to the connection, not awaited: a lost one leaves a key that no record
-        // names, gone at its ttl.
-        for m in after {
-            let _ = b.submit(m).await;
-        }
-    } else {
-        let new = leases.iter().filter(|l| l.holder && !l.was_live);
-        for r in join_all(new.map(|l| b.delete(&l.key, setup::MARKER_TTL))).await {
-            r?;
-        }
+        seqs.truncate(leases.len());
+        return Ok(Some(seqs));
     }
-    Ok(won)
+    let new = leases.iter().filter(|l| l.holder && !l.was_live);
+    for r in join_all(new.map(|l| b.delete(&l.key, setup::MARKER_TTL))).await {
+        r?;
+    }
+    Ok(None)
 }
 
 /// Whether a decision deletes a waiter's key: a waiter whose key went while its record
