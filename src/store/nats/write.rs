@@ -297,8 +297,13 @@ async fn write_records(b: &Bucket, records: Vec<Msg>, leases: &[Lease]) -> Store
 /// the record never lands before the keys it names. No lease here expects a revision (a new
 /// holder's key, a waiter's), so none can lose; if the record loses, the tidying that went
 /// out with it costs no more than after a win (a holder that left gone sooner, a waiter
-/// rung for nothing), and the new holder keys are deleted as in `write_records`. The stream
-/// sequences of the leases' writes if the record won; `None` if it lost.
+/// rung for nothing). A new holder key is left to its ttl then, not deleted: a record that
+/// names no holder by it makes it nobody's lease, and the key may be a lease after all,
+/// written over by a release that handed this token the lock meanwhile (`handover`). (A
+/// waiter that judged the holder gone from a record read just before that release, and
+/// lost, deleted the handed lease's key: the next attempt found the handed waiter dead
+/// and took the lock while the waiter took its handover.) The stream sequences of the
+/// leases' writes if the record won; `None` if it lost.
 async fn in_order(
     b: &Bucket,
     leases: &[Lease],
@@ -321,15 +326,8 @@ async fn in_order(
         }
     }
     join_all(later.into_iter().map(|s| b.acked(s))).await;
-    if won {
-        seqs.truncate(leases.len());
-        return Ok(Some(seqs));
-    }
-    let new = leases.iter().filter(|l| l.holder && !l.was_live);
-    for r in join_all(new.map(|l| b.delete(&l.key, setup::MARKER_TTL))).await {
-        r?;
-    }
-    Ok(None)
+    seqs.truncate(leases.len());
+    Ok(won.then_some(seqs))
 }
 
 /// Whether a decision deletes a waiter's key: a waiter whose key went while its record

@@ -264,6 +264,9 @@ impl<B: Backend> Store for RecordStore<B> {
     /// store's older answer can only make the next holder more careful: the worst answer of a
     /// majority wins.
     async fn release(&self, names: &[String], token: &str, outcome: End) -> StoreResult<bool> {
+        // Before anything is sent: a release that errs may still have been applied, and a
+        // lease a release handed this token before it must not be taken after it.
+        self.backend.done(token);
         if self.is_unheard(token)
             && let Some(held) = self.backend.release_unheard(names, token).await
         {
