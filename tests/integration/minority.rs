@@ -24,6 +24,11 @@ const WITHIN: f64 = 1.3;
 /// is some 70 times less than the store timeout they used to wait out.
 const ONE_TRIP_WITHIN: f64 = 3.0;
 
+/// Added to each bound: under the whole suite's load the least of nine `run -- true` with a
+/// member frozen once came to 1.32x its healthy least (15.6 ms against 11.8 ms). A command
+/// that waits out the store timeout (1 s) still fails by fifty times this.
+const SLACK: Duration = Duration::from_millis(20);
+
 /// Well above any store timeout here (1 s), so a command that waits one out shows.
 const STORE_TIMEOUT: &str = "1s";
 
@@ -123,7 +128,7 @@ fn one_frozen_member_costs_nothing(n: usize) {
     let slow: Vec<Duration> = slow.into_iter().map(least).collect();
     for (((cmd, within), h), s) in COMMANDS.iter().zip(&healthy).zip(&slow) {
         assert!(
-            s.as_secs_f64() <= h.as_secs_f64() * within,
+            s.as_secs_f64() <= h.as_secs_f64() * within + SLACK.as_secs_f64(),
             "{cmd} with 1 of {n} frozen took {s:?}, healthy {h:?} (all: {slow:?} vs {healthy:?})"
         );
     }
