@@ -296,6 +296,17 @@ fn tls_with_a_self_signed_ca() {
     assert_code(&o, 69);
 }
 
+/// Two clients of `server`: one straight to it, and one through a recording proxy.
+fn direct_and_through_a_proxy(server: &NatsServer) -> (Env, Proxy, Env) {
+    let direct = Env::with_stores(vec![server.url()]);
+    let proxy = Proxy::to_port(server.port);
+    let url = server
+        .url()
+        .replace(&format!("127.0.0.1:{}", server.port), &proxy.addr());
+    let via = Env::with_stores(vec![url]);
+    (direct, proxy, via)
+}
+
 /// A release reads the keys of the waiters from the head of the line to the one it rings,
 /// never those behind it (each is a request, and one more round trip when it was not
 /// guessed): the releasing process (through a recording proxy) never names the second
@@ -303,12 +314,7 @@ fn tls_with_a_self_signed_ca() {
 #[test]
 fn a_release_reads_no_key_of_the_waiters_behind_the_one_it_rings() {
     let server = NatsServer::start();
-    let direct = Env::with_stores(vec![server.url()]);
-    let proxy = Proxy::to_port(server.port);
-    let url = server
-        .url()
-        .replace(&format!("127.0.0.1:{}", server.port), &proxy.addr());
-    let via = Env::with_stores(vec![url]);
+    let (direct, proxy, via) = direct_and_through_a_proxy(&server);
     let token = stdout(&via.run(&["lock", "behind"]));
     let waiters = |n: usize| {
         wait_for(Duration::from_secs(10), || {
@@ -346,12 +352,7 @@ fn a_release_reads_no_key_of_the_waiters_behind_the_one_it_rings() {
 #[test]
 fn a_release_hands_the_lock_to_the_waiter_which_holds_without_a_request() {
     let server = NatsServer::start();
-    let direct = Env::with_stores(vec![server.url()]);
-    let proxy = Proxy::to_port(server.port);
-    let url = server
-        .url()
-        .replace(&format!("127.0.0.1:{}", server.port), &proxy.addr());
-    let via = Env::with_stores(vec![url]);
+    let (direct, proxy, via) = direct_and_through_a_proxy(&server);
     let token = stdout(&direct.run(&["lock", "handed"]));
     let before = fence(&direct, "handed");
     let waiter = via.spawn(&["lock", "handed", "-w", "30s"]);
